@@ -1,0 +1,1 @@
+"""Experiment configs (ml_collections `get_config()` files) and their validation."""

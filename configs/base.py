@@ -1,0 +1,83 @@
+"""Base config: every field, with its meaning. Other configs start from `get_config()`.
+
+Override any field on the command line, e.g.
+  python train.py --config=configs/alibi_tiny.py --config.model.position.kind=rope
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  """Returns the base experiment config (a small decoder on the embedded Shakespeare corpus)."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # PRNG seed of the parameter initialisation (the data order has its own seed).
+
+  # ---------------------------------------------------------------- data
+  c.data = ml_collections.ConfigDict()
+  c.data.source = "shakespeare"  # "shakespeare" (embedded default, fetched on first use) | "text_files".
+  c.data.text_glob = ""  # glob of UTF-8 .txt files, one document each, for source="text_files".
+  c.data.cache_dir = ""  # download cache; "" = $PE_SWEEPS_CACHE or $XDG_CACHE_HOME/pe_sweeps.
+  c.data.tokenizer = "byte"  # "byte": 256 byte ids + BOS/EOS/PAD (vocab 259).
+  c.data.validation_fraction = 0.1  # share of documents held out for validation (whole documents).
+  c.data.test_fraction = 0.1  # share of documents held out for test (whole documents).
+  c.data.train_len = 256  # training context length, tokens.
+  c.data.batch_size = 16  # global batch, sequences per step; divisible by mesh data * fsdp.
+  c.data.shuffle_seed = 0  # seed of the window shuffle (independent of c.seed).
+
+  # ---------------------------------------------------------------- model
+  c.model = ml_collections.ConfigDict()
+  c.model.vocab_size = 259  # must be >= the tokenizer's vocabulary (byte: 259).
+  c.model.num_layers = 4  # decoder blocks.
+  c.model.d_model = 256  # residual stream width.
+  c.model.num_heads = 4  # attention heads.
+  c.model.head_dim = -1  # per-head width; -1 = d_model // num_heads.
+  c.model.mlp_dim = 1024  # hidden width of the MLP.
+  c.model.mlp_activation = "gelu"  # "gelu" (GPT-2) | "swiglu" (Shazeer 2020, arXiv 2002.05202).
+  c.model.tie_embeddings = True  # output projection = transposed token embedding.
+  c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16" (softmax/loss stay float32).
+  c.model.param_dtype = "float32"  # parameter dtype: "float32" | "bfloat16".
+  c.model.init_std = 0.02  # std of the normal init of embeddings and projections (GPT-2).
+  c.model.attention_impl = "xla"  # "xla" (pure jnp); kernels arrive with the Pallas issue.
+  c.model.attention_chunk = 512  # query chunk, tokens: attention memory O(seq x chunk); 0 = off.
+
+  # Positional scheme: one of models.positions.REGISTRY (none, learned, sinusoidal, rope, alibi).
+  c.model.position = ml_collections.ConfigDict()
+  c.model.position.kind = "alibi"
+  c.model.position.rope_theta = 10000.0  # rope: base of the inverse frequencies.
+  c.model.position.rotary_fraction = 1.0  # rope: share of head_dim that rotates (partial RoPE).
+  c.model.position.max_len = -1  # learned: table size in positions; -1 = data.train_len.
+  c.model.position.clamp = False  # learned: clamp positions >= max_len to the last row at eval.
+  c.model.position.sinusoid_base = 10000.0  # sinusoidal: wavelength base (Vaswani et al.).
+
+  # ---------------------------------------------------------------- optimisation
+  c.train = ml_collections.ConfigDict()
+  c.train.num_steps = 1000  # optimizer steps.
+  c.train.grad_accum_steps = 1  # microbatches per step (gradients summed; same result, less memory).
+  c.train.stop_after_step = -1  # end this process after this step (a time slice); -1 = num_steps.
+  c.train.learning_rate = 1e-3  # peak learning rate (AdamW).
+  c.train.warmup_steps = 100  # linear warmup from 0, steps.
+  c.train.final_lr_ratio = 0.1  # cosine decay ends at learning_rate * final_lr_ratio.
+  c.train.b1 = 0.9  # AdamW beta1.
+  c.train.b2 = 0.95  # AdamW beta2.
+  c.train.weight_decay = 0.1  # decoupled weight decay, matrices only (ndim >= 2).
+  c.train.grad_clip = 1.0  # global-norm gradient clipping; 0 disables.
+  c.train.log_every_steps = 10  # metrics.jsonl / TensorBoard / progress-bar interval, steps.
+  c.train.eval_every_steps = 200  # validation loss at train_len interval, steps; 0 = only at the end.
+  c.train.eval_tokens = 32768  # tokens scored per validation (held-out document prefixes).
+  c.train.checkpoint_every_steps = 500  # periodic checkpoint interval, steps (a final one always).
+  c.train.max_to_keep = 2  # checkpoints kept.
+  c.train.peak_flops_per_device = 0.0  # FLOP/s for MFU; 0 = measure a large matmul at start-up.
+
+  # ---------------------------------------------------------------- device mesh
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1  # data-parallel axis size; -1 = the devices left over.
+  c.mesh.fsdp = 1  # fully-sharded data-parallel axis (parameters sharded, batch split).
+  c.mesh.tensor = 1  # tensor-parallel axis (heads / MLP / vocab split).
+
+  # ---------------------------------------------------------------- evaluation
+  c.eval = ml_collections.ConfigDict()
+  c.eval.split = "validation"  # held-out split for perplexity vs length: "validation" | "test".
+  c.eval.length_multipliers = (0.5, 1.0, 2.0, 4.0, 8.0)  # eval lengths, multiples of train_len.
+  c.eval.max_tokens_per_length = 65536  # tokens scored per length (document prefixes); 0 = all.
+  c.eval.batch_tokens = 16384  # tokens per forward batch (bounds eval memory).
+  return c

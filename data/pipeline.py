@@ -1,0 +1,145 @@
+"""The grain input pipeline: documents -> token ids -> packed windows -> shuffled batches.
+
+Training data is one stream: each document's tokens, preceded by BOS, concatenated in name
+order. The stream is cut into non-overlapping windows of `train_len + 1` tokens (consecutive
+windows share one boundary token, so every token is a target exactly once per epoch). Each window
+becomes one example:
+
+  inputs      int32 [train_len]  tokens 0..L-1 of the window
+  targets     int32 [train_len]  tokens 1..L of the window
+  positions   int32 [train_len]  position ids: 0 at the window start, restarting at 0 at each BOS
+  segment_ids int32 [train_len]  1 for the first document in the window, +1 at every BOS
+
+so attention never crosses documents and positional schemes see true in-document positions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import grain
+import numpy as np
+
+from data.corpora import Document
+from data.tokenizers import ByteTokenizer
+
+
+def pack_stream(docs: Sequence[Document], tokenizer: ByteTokenizer) -> tuple[np.ndarray, np.ndarray]:
+  """Concatenates documents into one token stream, BOS before each document.
+
+  Returns:
+    tokens: int32 [total] token ids.
+    doc_start: bool [total], True at each BOS.
+  """
+  parts, starts = [], []
+  for doc in docs:
+    ids = tokenizer.encode(doc.data)
+    parts.append(np.concatenate([[tokenizer.bos_id], ids]).astype(np.int32))
+    flag = np.zeros(len(ids) + 1, dtype=bool)
+    flag[0] = True
+    starts.append(flag)
+  return np.concatenate(parts), np.concatenate(starts)
+
+
+def window_fields(window: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
+  """Builds one example from a window of `L + 1` tokens.
+
+  Args:
+    window: int32 [L + 1] token ids.
+    starts: bool [L + 1], True where a document starts (a BOS).
+
+  Returns:
+    dict of int32 [L] arrays: inputs, targets, positions, segment_ids (see module docstring).
+  """
+  inp_starts = starts[:-1]
+  seg = np.cumsum(inp_starts) + (0 if inp_starts[0] else 1)
+  idx = np.arange(len(inp_starts))
+  last_start = np.maximum.accumulate(np.where(inp_starts, idx, 0))
+  return {
+      "inputs": window[:-1].astype(np.int32),
+      "targets": window[1:].astype(np.int32),
+      "positions": (idx - last_start).astype(np.int32),
+      "segment_ids": seg.astype(np.int32),
+  }
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedWindows:
+  """A random-access source of packed training windows (a grain `RandomAccessDataSource`).
+
+  Window `i` covers stream tokens `[i * train_len, (i + 1) * train_len]` (inclusive).
+  """
+
+  tokens: np.ndarray
+  doc_start: np.ndarray
+  train_len: int
+
+  def __len__(self) -> int:
+    return (len(self.tokens) - 1) // self.train_len
+
+  def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+    if not 0 <= i < len(self):
+      raise IndexError(i)
+    lo = i * self.train_len
+    hi = lo + self.train_len + 1
+    return window_fields(self.tokens[lo:hi], self.doc_start[lo:hi])
+
+
+def train_dataset(docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_len: int,
+                  batch_size: int, seed: int, process_index: int = 0,
+                  process_count: int = 1) -> grain.IterDataset:
+  """Infinite, shuffled, batched training data for this process.
+
+  Windows are sharded across processes (`process_index::process_count`) before shuffling, so each
+  host reads a disjoint part; `batch_size` is the per-process batch. The shuffle is a fresh
+  permutation every epoch (grain's `MapDataset.shuffle` reseeds per epoch under `repeat`).
+
+  Returns:
+    A grain `IterDataset` of dicts of int32 `[batch_size, train_len]` arrays (see module doc);
+    its iterator's `get_state()` / `set_state()` resume the exact order.
+
+  Raises:
+    ValueError: if the documents give fewer windows than one batch.
+  """
+  tokens, starts = pack_stream(docs, tokenizer)
+  source = PackedWindows(tokens, starts, train_len)
+  ds = grain.MapDataset.source(source)[process_index::process_count]
+  if len(ds) < batch_size:
+    raise ValueError(f"training split gives {len(ds)} windows of train_len={train_len} on this "
+                     f"process, fewer than one batch of {batch_size}")
+  ds = ds.shuffle(seed=seed).repeat(None).batch(batch_size, drop_remainder=True)
+  return ds.to_iter_dataset()
+
+
+def document_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, length: int,
+                     max_tokens_per_doc: int | None = None) -> dict[str, np.ndarray]:
+  """Non-overlapping evaluation windows that start at each document start.
+
+  Each document (BOS + bytes) is cut into windows of `length + 1` tokens starting at its BOS;
+  each window holds one document only, its positions run 0..length-1, and a final partial window
+  is dropped so that every scored token has the same context budget. With `max_tokens_per_doc`,
+  only the first `ceil(max_tokens_per_doc / length)` windows of each document are kept, so every
+  length scores the same document prefixes (up to rounding to whole windows).
+
+  Returns:
+    dict of int32 [num_windows, length] arrays: inputs, targets, positions, segment_ids (all 1).
+    Empty ([0, length]) when no document is long enough.
+  """
+  rows = []
+  for doc in docs:
+    ids = np.concatenate([[tokenizer.bos_id], tokenizer.encode(doc.data)]).astype(np.int32)
+    n = (len(ids) - 1) // length
+    if max_tokens_per_doc is not None:
+      n = min(n, -(-max_tokens_per_doc // length))
+    rows.extend(ids[w * length: w * length + length + 1] for w in range(n))
+  if not rows:
+    empty = np.zeros((0, length), np.int32)
+    return {k: empty for k in ("inputs", "targets", "positions", "segment_ids")}
+  windows = np.stack(rows)
+  return {
+      "inputs": windows[:, :-1],
+      "targets": windows[:, 1:],
+      "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (len(rows), length)).copy(),
+      "segment_ids": np.ones((len(rows), length), np.int32),
+  }

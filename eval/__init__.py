@@ -1,0 +1,1 @@
+"""Evaluation of length extrapolation: suites, their JSON results and figures."""

@@ -1,0 +1,1 @@
+"""Decoder, attention, positional schemes and sharding rules."""

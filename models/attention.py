@@ -1,0 +1,119 @@
+"""Causal multi-head attention with document (segment) masking and positional-scheme hooks.
+
+The attention module knows nothing of any scheme: it calls `scheme.rotate` on q/k and
+`scheme.bias` for an additive logit bias (DESIGN.md), then `dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.positions import Dims, PositionalScheme
+
+
+def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = None,
+                   k_segment_ids: jax.Array | None = None) -> jax.Array:
+  """Boolean mask, True where query i may attend to key j.
+
+  Causality is by index: query i sees keys j <= i + (k_len - q_len) (the last q_len of k_len
+  positions, as in decoding with a cache). With segment ids, only keys of the same document.
+
+  Args:
+    q_len, k_len: lengths, tokens.
+    q_segment_ids: int32 [batch, q_len] or None; k_segment_ids: int32 [batch, k_len] or None.
+
+  Returns:
+    bool [batch or 1, 1, q_len, k_len].
+  """
+  causal = np.arange(q_len)[:, None] + (k_len - q_len) >= np.arange(k_len)[None, :]
+  mask = jnp.asarray(causal)[None, None]
+  if q_segment_ids is not None:
+    same = q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :]
+    mask = mask & same
+  return mask
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
+                          bias: jax.Array | None = None, q_segment_ids: jax.Array | None = None,
+                          k_segment_ids: jax.Array | None = None,
+                          scale: float | None = None) -> jax.Array:
+  """Causal softmax attention, the pure-jnp ("xla") reference.
+
+  `softmax(scale * q k^T + bias + mask) v` with the logits, bias and softmax in float32 and
+  masked entries set to the float32 minimum (every row keeps its diagonal, so no row is empty).
+
+  Args:
+    q: [batch, q_len, heads, head_dim]; k, v: [batch, k_len, heads, head_dim].
+    bias: float32 [batch or 1, heads, q_len, k_len] additive logit bias, or None.
+    q_segment_ids / k_segment_ids: int32 [batch, len] document ids, or None.
+    scale: logit scale; default 1 / sqrt(head_dim) (Vaswani et al., arXiv 1706.03762, Eq. 1).
+
+  Returns:
+    [batch, q_len, heads, head_dim] in q's dtype.
+  """
+  scale = q.shape[-1] ** -0.5 if scale is None else scale
+  # Heads-major layout for the two batched matmuls (faster on XLA:CPU than "bqhd,bkhd").
+  qh, kh, vh = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+  logits = jnp.einsum("bhqd,bhkd->bhqk", qh * jnp.asarray(scale, q.dtype), kh,
+                      preferred_element_type=jnp.float32)
+  if bias is not None:
+    logits = logits + bias
+  mask = attention_mask(q.shape[1], k.shape[1], q_segment_ids, k_segment_ids)
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  return jnp.einsum("bhqk,bhkd->bhqd", probs, vh).transpose(0, 2, 1, 3)
+
+
+class Attention(nnx.Module):
+  """Multi-head causal self-attention (one layer).
+
+  Parameters: wq, wk, wv [d_model, heads, head_dim] ("embed", "heads", "head_dim") and
+  wo [heads, head_dim, d_model]; init normal(init_std), wo scaled by 1/sqrt(2 * num_layers)
+  (GPT-2, Radford et al. 2019).
+  """
+
+  def __init__(self, dims: Dims, layer: int, *, dtype, rngs: nnx.Rngs, chunk: int = 0):
+    """dims: model sizes; layer: this block's index (passed to the scheme's hooks);
+    chunk: query chunk length in tokens for long sequences (0 = never chunk)."""
+    init = nnx.initializers.normal(dims.init_std)
+    out_init = nnx.initializers.normal(dims.init_std / np.sqrt(2 * dims.num_layers))
+    qkv_shape = (dims.d_model, dims.num_heads, dims.head_dim)
+    qkv_axes = ("embed", "heads", "head_dim")
+    pd = dims.param_dtype
+    self.wq = nnx.Param(init(rngs.params(), qkv_shape, pd), logical_axes=qkv_axes)
+    self.wk = nnx.Param(init(rngs.params(), qkv_shape, pd), logical_axes=qkv_axes)
+    self.wv = nnx.Param(init(rngs.params(), qkv_shape, pd), logical_axes=qkv_axes)
+    self.wo = nnx.Param(out_init(rngs.params(), (dims.num_heads, dims.head_dim, dims.d_model), pd),
+                        logical_axes=("heads", "head_dim", "embed"))
+    self.layer = layer
+    self.dtype = dtype
+    self.chunk = chunk
+
+  def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
+               scheme: PositionalScheme) -> jax.Array:
+    """x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq] -> [batch, seq, d_model]."""
+    b, s, d = x.shape
+    x2 = x.reshape(b * s, d)  # 2-D matmuls are much faster than 3-D einsums on XLA:CPU
+
+    def project(w):
+      w = w[...].astype(self.dtype)
+      return (x2 @ w.reshape(d, -1)).reshape(b, s, w.shape[1], w.shape[2])
+
+    q, k, v = project(self.wq), project(self.wk), project(self.wv)
+    q, k = scheme.rotate(q, k, positions, positions, self.layer)
+    # Query chunks bound memory to O(seq x chunk) per head; causality means chunk [c0, c1) only
+    # needs keys [0, c1), which also skips the masked upper triangle between chunks.
+    chunk = self.chunk if 0 < self.chunk < s else s
+    outs = []
+    for c0 in range(0, s, chunk):
+      c1 = min(c0 + chunk, s)
+      bias = scheme.bias(positions[:, c0:c1], positions[:, :c1], self.layer)
+      outs.append(dot_product_attention(
+          q[:, c0:c1], k[:, :c1], v[:, :c1], bias=bias, q_segment_ids=segment_ids[:, c0:c1],
+          k_segment_ids=segment_ids[:, :c1]))
+    out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+    wo = self.wo[...].astype(self.dtype)
+    return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)

@@ -1,0 +1,115 @@
+"""A pre-norm decoder-only Transformer that knows nothing of any positional scheme.
+
+token embedding -> scheme.embed -> num_layers x [RMSNorm -> attention -> +, RMSNorm -> MLP -> +]
+-> RMSNorm -> output projection (tied to the embedding, or its own matrix).
+RMSNorm: Zhang & Sennrich, arXiv 1910.07467. Pre-norm: Xiong et al., arXiv 2002.04745.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models import positions
+from models.attention import Attention
+from models.positions import Dims
+
+
+class MLP(nnx.Module):
+  """Position-wise MLP: GELU (GPT-2) or SwiGLU (Shazeer, arXiv 2002.05202, Eq. 5).
+
+  Parameters: wi [d_model, mlp_dim] (SwiGLU: wi_gate and wi_up), wo [mlp_dim, d_model].
+  """
+
+  def __init__(self, dims: Dims, mlp_dim: int, activation: str, *, dtype, rngs: nnx.Rngs):
+    init = nnx.initializers.normal(dims.init_std)
+    out_init = nnx.initializers.normal(dims.init_std / np.sqrt(2 * dims.num_layers))
+    pd = dims.param_dtype
+    self.activation = activation
+    self.dtype = dtype
+    shape = (dims.d_model, mlp_dim)
+    self.wi = nnx.Param(init(rngs.params(), shape, pd), logical_axes=("embed", "mlp"))
+    if activation == "swiglu":
+      self.wi_up = nnx.Param(init(rngs.params(), shape, pd), logical_axes=("embed", "mlp"))
+    self.wo = nnx.Param(out_init(rngs.params(), (mlp_dim, dims.d_model), pd),
+                        logical_axes=("mlp", "embed"))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: [batch, seq, d_model] -> [batch, seq, d_model]."""
+    # 2-D matmuls: XLA:CPU runs [tokens, d] @ [d, f] (and its gradients) far faster than the
+    # batched 3-D form (measured in bench/RESULTS.md).
+    x2 = x.reshape(-1, x.shape[-1])
+    h = x2 @ self.wi[...].astype(self.dtype)
+    if self.activation == "swiglu":
+      h = jax.nn.silu(h) * (x2 @ self.wi_up[...].astype(self.dtype))
+    else:
+      h = jax.nn.gelu(h)
+    return (h @ self.wo[...].astype(self.dtype)).reshape(x.shape)
+
+
+class Block(nnx.Module):
+  """One pre-norm decoder block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+  def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
+               attention_chunk: int = 0):
+    self.attn_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
+                                 param_dtype=dims.param_dtype, rngs=rngs)
+    self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk)
+    self.mlp_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
+                                param_dtype=dims.param_dtype, rngs=rngs)
+    self.mlp = MLP(dims, mlp_dim, activation, dtype=dtype, rngs=rngs)
+    self.dtype = dtype
+
+  def __call__(self, x, positions, segment_ids, scheme):
+    """x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq]."""
+    h = self.attn_norm(x).astype(self.dtype)
+    x = x + self.attention(h, positions, segment_ids, scheme)
+    h = self.mlp_norm(x).astype(self.dtype)
+    return x + self.mlp(h)
+
+
+class Decoder(nnx.Module):
+  """Decoder-only language model over `config.model` with a pluggable positional scheme.
+
+  Call with tokens, positions and segment ids (all int32 [batch, seq]); returns float32 logits
+  [batch, seq, vocab_size].
+  """
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    """config: the experiment ConfigDict (model section + data.train_len).
+
+    Raises:
+      ConfigError: for an unknown or invalid positional scheme (see `positions.build`).
+    """
+    m = config.model
+    dims = Dims.from_config(config)
+    self.dtype = jnp.dtype(m.dtype)
+    self.position = positions.build(m.position, dims, rngs=rngs)
+    self.embedding = nnx.Param(
+        nnx.initializers.normal(m.init_std)(rngs.params(), (m.vocab_size, m.d_model), m.param_dtype),
+        logical_axes=("vocab", "embed"))
+    self.blocks = nnx.List([
+        Block(dims, i, m.mlp_dim, m.mlp_activation, dtype=self.dtype, rngs=rngs,
+              attention_chunk=m.attention_chunk)
+        for i in range(m.num_layers)])
+    self.final_norm = nnx.RMSNorm(m.d_model, epsilon=1e-6, dtype=jnp.float32,
+                                  param_dtype=m.param_dtype, rngs=rngs)
+    self.tie_embeddings = m.tie_embeddings
+    if not m.tie_embeddings:
+      self.head = nnx.Param(
+          nnx.initializers.normal(m.init_std)(rngs.params(), (m.d_model, m.vocab_size), m.param_dtype),
+          logical_axes=("embed", "vocab"))
+
+  def __call__(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    """tokens, positions, segment_ids: int32 [batch, seq] -> float32 logits [batch, seq, vocab]."""
+    x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
+    x = self.position.embed(x, positions)
+    for block in self.blocks:
+      x = block(x, positions, segment_ids, self.position)
+    x = self.final_norm(x).astype(self.dtype)
+    head = self.embedding[...].T if self.tie_embeddings else self.head[...]
+    logits = jnp.dot(x.reshape(-1, x.shape[-1]), head.astype(self.dtype),
+                     preferred_element_type=jnp.float32)
+    return logits.reshape(*tokens.shape, -1)

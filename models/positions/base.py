@@ -1,0 +1,78 @@
+"""The positional-scheme contract: three hooks that the decoder and attention call blindly.
+
+A scheme may act at up to three places (DESIGN.md):
+  1. `embed(x, positions)`: on the token embeddings (learned, sinusoidal);
+  2. `rotate(q, k, q_positions, k_positions, layer)`: on queries and keys (RoPE, xPos, ...);
+  3. `bias(q_positions, k_positions, layer)`: an additive attention-logit bias that is a function
+     of query and key positions (ALiBi, T5, KERPLE, FIRE, ...).
+The defaults do nothing, so NoPE is the base class itself. Positions are explicit int32
+`[batch, seq]` arrays: packing restarts them per document, decoding offsets them, eval-time
+extensions transform them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+from flax import nnx
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+  """Model sizes a scheme may need (tokens for lengths).
+
+  Attributes:
+    num_heads: attention heads H.
+    head_dim: per-head width D.
+    d_model: residual width.
+    num_layers: decoder blocks (for per-layer parameters).
+    train_len: training context length, tokens.
+    init_std: std of normal parameter inits.
+    param_dtype: parameter dtype.
+  """
+
+  num_heads: int
+  head_dim: int
+  d_model: int
+  num_layers: int
+  train_len: int
+  init_std: float = 0.02
+  param_dtype: str = "float32"
+
+  @classmethod
+  def from_config(cls, config) -> "Dims":
+    """Dims of the experiment `config` (see configs/base.py)."""
+    m = config.model
+    head_dim = m.head_dim if m.head_dim > 0 else m.d_model // m.num_heads
+    return cls(num_heads=m.num_heads, head_dim=head_dim, d_model=m.d_model,
+               num_layers=m.num_layers, train_len=config.data.train_len, init_std=m.init_std,
+               param_dtype=m.param_dtype)
+
+
+class PositionalScheme(nnx.Module):
+  """Base class: every hook is the identity / no bias. Subclasses override what they use.
+
+  Class attributes:
+    max_position: None if any position id works; else the number of distinct position ids the
+      scheme can represent (evaluation beyond it is refused before compilation).
+  """
+
+  max_position: int | None = None
+
+  @classmethod
+  def check_config(cls, cfg, dims: Dims) -> None:
+    """Validates this scheme's config fields. Raises `ConfigError` naming the field."""
+
+  def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    """x: [batch, seq, d_model] (compute dtype), positions: int32 [batch, seq] -> same as x."""
+    return x
+
+  def rotate(self, q: jax.Array, k: jax.Array, q_positions: jax.Array, k_positions: jax.Array,
+             layer: int) -> tuple[jax.Array, jax.Array]:
+    """q: [batch, q_len, heads, head_dim], k: [batch, k_len, heads, head_dim] -> (q, k)."""
+    return q, k
+
+  def bias(self, q_positions: jax.Array, k_positions: jax.Array, layer: int) -> jax.Array | None:
+    """Returns a float32 [batch, heads, q_len, k_len] additive logit bias, or None."""
+    return None

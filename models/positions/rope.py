@@ -1,0 +1,80 @@
+"""RoPE: rotary position embedding of queries and keys.
+
+Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864,
+Eq. (34): pairs of query/key features are rotated by angle `m * theta_i` with
+`theta_i = rope_theta^(-2i/d)`, so `<R(m) q, R(n) k>` depends on m - n only.
+
+Layout: "half split" (GPT-NeoX / Llama): feature i pairs with feature i + d_rot/2. Partial
+RoPE (GPT-NeoX, GPT-J; "p-RoPE", Barbero et al. arXiv 2410.06205) rotates only the first
+`d_rot = 2 * floor(rotary_fraction * head_dim / 2)` features and leaves the rest bit-identical.
+Angles are computed in float32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs.validate import ConfigError
+from models.positions.base import PositionalScheme
+
+
+def rotary_dim(head_dim: int, rotary_fraction: float) -> int:
+  """Number of rotated features: the largest even number <= rotary_fraction * head_dim."""
+  return 2 * int(rotary_fraction * head_dim / 2)
+
+
+def rope_inv_freq(rot_dim: int, rope_theta: float) -> np.ndarray:
+  """Inverse frequencies `rope_theta^(-2i/rot_dim)`, i = 0..rot_dim/2-1 (float32 [rot_dim/2])."""
+  return (1.0 / rope_theta ** (np.arange(0, rot_dim, 2, dtype=np.float64) / rot_dim)).astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+  """Rotates the first `2 * len(inv_freq)` features of x (half-split layout).
+
+  Args:
+    x: [batch, seq, heads, head_dim], any float dtype.
+    positions: int32 or float32 [batch, seq] position ids (float allows interpolated positions).
+    inv_freq: float32 [rot_dim / 2] inverse frequencies (radians per position).
+
+  Returns:
+    Array like x; features >= rot_dim are returned unchanged (bit-identical).
+  """
+  half = inv_freq.shape[-1]
+  rot = 2 * half
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [b, s, half]
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  x1 = x[..., :half].astype(jnp.float32)
+  x2 = x[..., half:rot].astype(jnp.float32)
+  rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+  if rot == x.shape[-1]:
+    return rotated
+  return jnp.concatenate([rotated, x[..., rot:]], axis=-1)
+
+
+class RoPE(PositionalScheme):
+  """Rotary embedding with `rope_theta` and `rotary_fraction` (config `model.position`)."""
+
+  @classmethod
+  def check_config(cls, cfg, dims):
+    if not 0 < cfg.rotary_fraction <= 1:
+      raise ConfigError(f"model.position.rotary_fraction must lie in (0, 1]; got {cfg.rotary_fraction}")
+    if rotary_dim(dims.head_dim, cfg.rotary_fraction) < 2:
+      raise ConfigError(f"model.position.rotary_fraction={cfg.rotary_fraction} rotates no feature "
+                        f"pair of head_dim={dims.head_dim}")
+    if not cfg.rope_theta > 1:
+      raise ConfigError(f"model.position.rope_theta must be > 1; got {cfg.rope_theta}")
+
+  def __init__(self, cfg, dims, *, rngs):
+    """cfg: `model.position` (rope_theta, rotary_fraction); dims: see `Dims`."""
+    del rngs
+    self.inv_freq = tuple(float(f) for f in rope_inv_freq(
+        rotary_dim(dims.head_dim, cfg.rotary_fraction), cfg.rope_theta))  # static, hashable
+
+  def rotate(self, q, k, q_positions, k_positions, layer):
+    """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k)."""
+    del layer
+    inv_freq = jnp.asarray(self.inv_freq, jnp.float32)
+    return apply_rope(q, q_positions, inv_freq), apply_rope(k, k_positions, inv_freq)

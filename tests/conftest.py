@@ -1,0 +1,54 @@
+"""Test setup: 8 fake CPU devices (before JAX is imported) and small, real-text fixtures."""
+
+import glob
+import os
+import shutil
+import sys
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=8").strip()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pytest  # noqa: E402
+
+from configs import base  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory) -> str:
+  """A glob of real English text that needs no network: the Python standard library's
+  `json`, `email` and `logging` modules, one document per file (about 30 files)."""
+  stdlib = os.path.dirname(os.__file__)
+  out = tmp_path_factory.mktemp("corpus")
+  for pkg in ("json", "email", "logging"):
+    for path in sorted(glob.glob(os.path.join(stdlib, pkg, "*.py"))):
+      if os.path.getsize(path) > 2000:
+        shutil.copy(path, out / f"{pkg}_{os.path.basename(path)}.txt")
+  return str(out / "*.txt")
+
+
+def tiny_config(text_glob: str, kind: str = "alibi"):
+  """A seconds-scale config: 2 layers, d_model 64, 4 heads, train_len 32, batch 8."""
+  c = base.get_config()
+  c.data.source = "text_files"
+  c.data.text_glob = text_glob
+  c.data.train_len = 32
+  c.data.batch_size = 8
+  c.model.num_layers = 2
+  c.model.d_model = 64
+  c.model.num_heads = 4
+  c.model.mlp_dim = 128
+  c.model.position.kind = kind
+  c.train.num_steps = 10
+  c.train.warmup_steps = 2
+  c.train.learning_rate = 3e-3
+  c.train.log_every_steps = 1
+  c.train.eval_every_steps = 0
+  c.train.eval_tokens = 512
+  c.train.checkpoint_every_steps = 5
+  c.train.peak_flops_per_device = 1e11
+  c.eval.length_multipliers = (0.5, 1.0, 2.0)
+  c.eval.max_tokens_per_length = 512
+  c.eval.batch_tokens = 256
+  c.mesh.data = 1
+  return c

@@ -1,0 +1,67 @@
+"""Configs: every file loads and validates; the 350M config has 330M-370M parameters."""
+
+import glob
+import importlib.util
+import os
+
+import jax
+import pytest
+from flax import nnx
+
+from configs.validate import ConfigError, mesh_shape, validate
+from models.decoder import Decoder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_FILES = [p for p in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
+                if os.path.basename(p) not in ("__init__.py", "validate.py")]
+
+
+def load(path):
+  spec = importlib.util.spec_from_file_location("cfg", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
+def test_config_validates(path):
+  validate(load(path), 8)
+
+
+def test_350m_parameter_count_without_allocating():
+  c = load(os.path.join(ROOT, "configs", "alibi_350m.py"))
+  model = nnx.eval_shape(lambda: Decoder(c, rngs=nnx.Rngs(0)))
+  n = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  assert 330e6 <= n <= 370e6, n
+  assert (c.model.num_layers, c.model.d_model, c.model.num_heads, c.data.train_len) == (24, 1024, 16, 1024)
+
+
+def test_mesh_resolution():
+  class M:  # a stand-in for the mesh ConfigDict
+    def __init__(self, data, fsdp, tensor):
+      self.data, self.fsdp, self.tensor = data, fsdp, tensor
+  assert mesh_shape(M(-1, 1, 1), 8) == (8, 1, 1)
+  assert mesh_shape(M(2, -1, 2), 8) == (2, 2, 2)
+  for bad in (M(3, 1, 1), M(-1, -1, 1), M(0, 1, 1), M(-1, 3, 1)):
+    with pytest.raises(ConfigError, match="mesh"):
+      mesh_shape(bad, 8)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("model.d_model", 0, "model.d_model"),
+    ("model.num_layers", -2, "model.num_layers"),
+    ("model.mlp_activation", "relu2", "model.mlp_activation"),
+    ("model.dtype", "float16", "model.dtype"),
+    ("data.batch_size", 12, "data.batch_size"),
+    ("data.source", "c4", "data.source"),
+    ("eval.length_multipliers", (), "eval.length_multipliers"),
+    ("eval.split", "train", "eval.split"),
+    ("model.vocab_size", 100, "model.vocab_size"),
+])
+def test_bad_fields_name_themselves(field, value, match):
+  c = load(os.path.join(ROOT, "configs", "alibi_tiny.py"))
+  section, name = field.split(".")
+  with c.unlocked():
+    setattr(c[section], name, value)
+  with pytest.raises(ConfigError, match=match):
+    validate(c, 8)

@@ -1,0 +1,107 @@
+"""Decoder and attention: exact causal masking and document masking, for every scheme."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from conftest import tiny_config
+from models import positions
+from models.attention import attention_mask, dot_product_attention
+from models.decoder import Decoder
+
+KINDS = sorted(positions.REGISTRY)
+
+
+def make_model(kind, **model_overrides):
+  c = tiny_config("unused", kind)
+  for k, v in model_overrides.items():
+    setattr(c.model, k, v)
+  return Decoder(c, rngs=nnx.Rngs(0)), c
+
+
+def test_attention_mask_is_exactly_causal_and_per_document():
+  seg = jnp.array([[1, 1, 2, 2, 2]])
+  mask = np.asarray(attention_mask(5, 5, seg, seg))[0, 0]
+  expected = np.array([[1, 0, 0, 0, 0],
+                       [1, 1, 0, 0, 0],
+                       [0, 0, 1, 0, 0],
+                       [0, 0, 1, 1, 0],
+                       [0, 0, 1, 1, 1]], bool)
+  np.testing.assert_array_equal(mask, expected)
+
+
+def test_masked_keys_get_exactly_zero_weight():
+  """A value placed on a masked (future) key must not leak at all, even if huge."""
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.normal(size=(1, 4, 1, 8)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(1, 4, 1, 8)), jnp.float32)
+  v = jnp.zeros((1, 4, 1, 8)).at[0, 3].set(1e30)
+  out = np.asarray(dot_product_attention(q, k, v))
+  assert np.all(out[0, :3] == 0.0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_causality(kind):
+  """Changing tokens after position t leaves the logits at positions <= t unchanged."""
+  model, _ = make_model(kind)
+  rng = np.random.default_rng(1)
+  tokens = jnp.asarray(rng.integers(0, 256, size=(2, 24)), jnp.int32)
+  pos = jnp.broadcast_to(jnp.arange(24, dtype=jnp.int32), (2, 24))
+  seg = jnp.ones((2, 24), jnp.int32)
+  t = 11
+  changed = tokens.at[:, t + 1:].set(jnp.asarray(rng.integers(0, 256, size=(2, 24 - t - 1)), jnp.int32))
+  a = np.asarray(model(tokens, pos, seg))
+  b = np.asarray(model(changed, pos, seg))
+  np.testing.assert_allclose(a[:, :t + 1], b[:, :t + 1], rtol=0, atol=1e-6)
+  assert not np.allclose(a[:, t + 1:], b[:, t + 1:])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_document_masking(kind):
+  """A document's logits do not depend on the previous document in the packed window."""
+  model, _ = make_model(kind)
+  rng = np.random.default_rng(2)
+  doc_a = rng.integers(0, 256, size=9)
+  doc_b = rng.integers(0, 256, size=15)
+  doc_a2 = rng.integers(0, 256, size=9)  # a different previous document
+  packed = lambda a: jnp.asarray(np.concatenate([a, doc_b])[None], jnp.int32)
+  pos = jnp.asarray(np.concatenate([np.arange(9), np.arange(15)])[None], jnp.int32)
+  seg = jnp.asarray(np.concatenate([np.ones(9), 2 * np.ones(15)])[None], jnp.int32)
+  one = np.asarray(model(packed(doc_a), pos, seg))[0, 9:]
+  two = np.asarray(model(packed(doc_a2), pos, seg))[0, 9:]
+  alone = np.asarray(model(jnp.asarray(doc_b[None], jnp.int32), jnp.arange(15)[None],
+                           jnp.ones((1, 15), jnp.int32)))[0]
+  np.testing.assert_allclose(one, two, rtol=0, atol=1e-6)
+  np.testing.assert_allclose(one, alone, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("activation,tie", [("gelu", True), ("swiglu", False)])
+def test_decoder_options(activation, tie):
+  model, c = make_model("rope", mlp_activation=activation, tie_embeddings=tie)
+  params = nnx.state(model, nnx.Param)
+  names = {"/".join(map(str, p)) for p, _ in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(params))[0]}
+  assert any("wi_up" in n for n in names) == (activation == "swiglu")
+  assert any(n.startswith("'head'") or "head" in n.split("/")[0] for n in names) == (not tie)
+  out = model(jnp.zeros((1, 4), jnp.int32), jnp.arange(4)[None], jnp.ones((1, 4), jnp.int32))
+  assert out.shape == (1, 4, c.model.vocab_size) and out.dtype == jnp.float32
+
+
+def test_bfloat16_compute_keeps_float32_logits():
+  model, _ = make_model("alibi", dtype="bfloat16")
+  out = model(jnp.zeros((1, 4), jnp.int32), jnp.arange(4)[None], jnp.ones((1, 4), jnp.int32))
+  assert out.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(out)))
+
+
+@pytest.mark.parametrize("kind", ["alibi", "rope"])
+def test_query_chunked_attention_matches_full(kind):
+  """Chunks of 8 queries (the last one partial) give the logits of full attention."""
+  full, _ = make_model(kind, attention_chunk=0)
+  chunked, _ = make_model(kind, attention_chunk=8)
+  rng = np.random.default_rng(3)
+  tokens = jnp.asarray(rng.integers(0, 256, size=(2, 21)), jnp.int32)
+  pos = jnp.asarray(np.concatenate([np.arange(6), np.arange(15)])[None].repeat(2, 0), jnp.int32)
+  seg = jnp.asarray(np.concatenate([np.ones(6), 2 * np.ones(15)])[None].repeat(2, 0), jnp.int32)
+  np.testing.assert_allclose(np.asarray(chunked(tokens, pos, seg)), np.asarray(full(tokens, pos, seg)),
+                             rtol=0, atol=2e-5)

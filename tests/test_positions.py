@@ -1,0 +1,174 @@
+"""Positional schemes against values from their papers' definitions."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from configs.validate import ConfigError
+from eval.perplexity import check_lengths
+from models import positions
+from models.positions.alibi import ALiBi, alibi_slopes
+from models.positions.rope import apply_rope, rope_inv_freq, rotary_dim
+from models.positions.sinusoidal import sinusoidal_encoding
+
+
+def position_cfg(kind, **kw):
+  c = ml_collections.ConfigDict(dict(kind=kind, rope_theta=10000.0, rotary_fraction=1.0,
+                                     max_len=-1, clamp=False, sinusoid_base=10000.0))
+  c.update(kw)
+  return c
+
+
+DIMS = positions.Dims(num_heads=4, head_dim=16, d_model=64, num_layers=2, train_len=32)
+
+
+# ------------------------------------------------------------------ ALiBi (arXiv 2108.12409)
+
+def reference_slopes(n):
+  """Section 3 of the paper: geometric sequence starting at 2^(-8/n); for n not a power of two,
+  the closest lower power p, then every other slope of the 2p sequence."""
+  if n & (n - 1) == 0:
+    return [2 ** (-8 * h / n) for h in range(1, n + 1)]
+  p = 2 ** int(math.log2(n))
+  return [2 ** (-8 * h / p) for h in range(1, p + 1)] + \
+      [2 ** (-8 * h / (2 * p)) for h in range(1, 2 * p + 1, 2)][: n - p]
+
+
+@pytest.mark.parametrize("num_heads", [1, 2, 3, 4, 6, 8, 12, 16])
+def test_alibi_slopes_follow_the_paper(num_heads):
+  np.testing.assert_allclose(alibi_slopes(num_heads), reference_slopes(num_heads), rtol=0, atol=1e-15)
+
+
+def test_alibi_slopes_literal_values():
+  # The paper: 8 heads -> 1/2, 1/4, ..., 1/256.
+  np.testing.assert_allclose(alibi_slopes(8), [2.0 ** -i for i in range(1, 9)])
+  np.testing.assert_allclose(alibi_slopes(3), [2 ** -4, 2 ** -8, 2 ** -2])
+  np.testing.assert_allclose(alibi_slopes(6), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
+  np.testing.assert_allclose(alibi_slopes(12)[8:], [2 ** -0.5, 2 ** -1.5, 2 ** -2.5, 2 ** -3.5])
+  with pytest.raises(ValueError):
+    alibi_slopes(0)
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+  scheme = ALiBi(position_cfg("alibi"), DIMS, rngs=None)
+  pos = np.array([[0, 1, 2, 5]], np.int32)
+  bias = np.asarray(scheme.bias(jnp.asarray(pos), jnp.asarray(pos), layer=0))
+  assert bias.shape == (1, 4, 4, 4) and bias.dtype == np.float32
+  slopes = alibi_slopes(4)
+  for h in range(4):
+    for i in range(4):
+      for j in range(i + 1):
+        assert bias[0, h, i, j] == pytest.approx(-slopes[h] * float(pos[0, i] - pos[0, j]), rel=1e-6)
+
+
+# ------------------------------------------------------------------ RoPE (arXiv 2104.09864)
+
+def test_rope_inverse_frequencies():
+  np.testing.assert_allclose(rope_inv_freq(8, 10000.0), [1.0, 10000 ** -0.25, 10000 ** -0.5, 10000 ** -0.75],
+                             rtol=1e-6)
+  assert rotary_dim(64, 0.25) == 16 and rotary_dim(10, 0.5) == 4
+
+
+@pytest.mark.parametrize("offset", [0, 3, 17, 250])
+def test_rope_scores_depend_only_on_relative_position(offset):
+  rng = np.random.default_rng(offset)
+  d = 32
+  q = jnp.asarray(rng.normal(size=(1, 1, 1, d)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(1, 1, 1, d)), jnp.float32)
+  inv = jnp.asarray(rope_inv_freq(d, 10000.0))
+
+  def score(m, n):
+    qm = apply_rope(q, jnp.array([[m]]), inv)
+    kn = apply_rope(k, jnp.array([[n]]), inv)
+    return float(jnp.sum(qm * kn))
+
+  for delta in (0, 1, 5, 40):
+    assert score(offset + delta, offset) == pytest.approx(score(delta, 0), abs=2e-4)
+  # And rotation preserves the norm (it is a rotation).
+  np.testing.assert_allclose(np.linalg.norm(apply_rope(q, jnp.array([[offset]]), inv)),
+                             np.linalg.norm(q), rtol=1e-5)
+
+
+def test_rope_matches_explicit_rotation_matrix():
+  """Half-split layout: feature i pairs with i + d/2, rotated by angle m * theta_i (Eq. 34)."""
+  d, m = 8, 7
+  x = np.arange(1, d + 1, dtype=np.float32)
+  inv = rope_inv_freq(d, 100.0)
+  expected = np.empty(d)
+  for i in range(d // 2):
+    a = m * inv[i]
+    expected[i] = x[i] * math.cos(a) - x[i + d // 2] * math.sin(a)
+    expected[i + d // 2] = x[i + d // 2] * math.cos(a) + x[i] * math.sin(a)
+  got = apply_rope(jnp.asarray(x)[None, None, None], jnp.array([[m]]), jnp.asarray(inv))
+  np.testing.assert_allclose(np.asarray(got)[0, 0, 0], expected, rtol=1e-5)
+
+
+def test_partial_rope_leaves_other_features_bit_identical():
+  scheme = positions.build(position_cfg("rope", rotary_fraction=0.25), DIMS, rngs=None)
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.normal(size=(2, 5, 4, 16)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(2, 5, 4, 16)), jnp.float32)
+  pos = jnp.broadcast_to(jnp.arange(5, dtype=jnp.int32), (2, 5)) + 3
+  q2, k2 = scheme.rotate(q, k, pos, pos, layer=0)
+  assert np.array_equal(np.asarray(q2)[..., 4:], np.asarray(q)[..., 4:])
+  assert np.array_equal(np.asarray(k2)[..., 4:], np.asarray(k)[..., 4:])
+  assert not np.allclose(np.asarray(q2)[..., :4], np.asarray(q)[..., :4])
+
+
+def test_rope_bfloat16_keeps_dtype():
+  q = jnp.ones((1, 3, 2, 8), jnp.bfloat16)
+  out = apply_rope(q, jnp.array([[0, 1, 2]]), jnp.asarray(rope_inv_freq(8, 1e4)))
+  assert out.dtype == jnp.bfloat16
+
+
+# ------------------------------------------------------------------ sinusoidal (arXiv 1706.03762)
+
+def test_sinusoidal_values():
+  pe = np.asarray(sinusoidal_encoding(jnp.array([[0, 1, 50]]), 8))
+  for p_idx, pos in enumerate([0, 1, 50]):
+    for i in range(4):
+      angle = pos / 10000 ** (2 * i / 8)
+      assert pe[0, p_idx, 2 * i] == pytest.approx(math.sin(angle), abs=1e-5)
+      assert pe[0, p_idx, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+# ------------------------------------------------------------------ learned and the registry
+
+def test_learned_refuses_positions_beyond_table_unless_clamped():
+  from flax import nnx
+  scheme = positions.build(position_cfg("learned"), DIMS, rngs=nnx.Rngs(0))
+  assert scheme.max_position == 32
+  check_lengths([16, 32], scheme.max_position, "learned")
+  with pytest.raises(ConfigError, match="max_len"):
+    check_lengths([64], scheme.max_position, "learned")
+  clamped = positions.build(position_cfg("learned", clamp=True), DIMS, rngs=nnx.Rngs(0))
+  assert clamped.max_position is None
+  x = jnp.zeros((1, 3, 64))
+  out = clamped.embed(x, jnp.array([[31, 32, 1000]]))
+  np.testing.assert_array_equal(out[0, 1], out[0, 0])
+  np.testing.assert_array_equal(out[0, 2], clamped.table[...][31])
+
+
+def test_unknown_kind_lists_the_registry():
+  with pytest.raises(ConfigError) as e:
+    positions.build(position_cfg("bogus"), DIMS)
+  for kind in positions.REGISTRY:
+    assert kind in str(e.value)
+  assert "model.position.kind" in str(e.value)
+
+
+@pytest.mark.parametrize("field,value", [("rotary_fraction", 0.0), ("rotary_fraction", 1.5),
+                                         ("rope_theta", 0.5)])
+def test_rope_bad_fields(field, value):
+  with pytest.raises(ConfigError, match=field):
+    positions.build(position_cfg("rope", **{field: value}), DIMS, check_only=True)
+
+
+def test_registry_has_the_foundation_schemes():
+  assert {"none", "learned", "sinusoidal", "rope", "alibi"} <= set(positions.REGISTRY)
+  for cls in positions.REGISTRY.values():
+    assert cls.__doc__ and cls.__module__.startswith("models.positions.")

@@ -1,0 +1,176 @@
+"""Training end to end: the loss falls, sharding does not change results, resume is exact."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import train
+from conftest import tiny_config
+from configs.validate import ConfigError
+from eval import run as eval_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def losses(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [(r["step"], r["loss"]) for r in map(json.loads, f) if "loss" in r]
+
+
+def final_params(workdir, config):
+  mesh = train.sharding.make_mesh(config.mesh, jax.devices()[:1])
+  spec = train.model_spec(config, mesh)
+  params, _ = train.restore_params(workdir, config, spec)
+  return jax.tree.map(np.asarray, params)
+
+
+def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
+  c = tiny_config(text_corpus, "rope")
+  c.train.num_steps = 30
+  c.train.eval_every_steps = 15
+  out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  curve = losses(tmp_path)
+  assert [s for s, _ in curve] == list(range(1, 31))
+  assert np.mean([l for _, l in curve[-5:]]) < curve[0][1] - 1.0
+  assert out["val_loss"] < curve[0][1]
+  for name in ("config.json", "metrics.jsonl", "eval/ppl_vs_length.json", "eval/ppl_vs_length.png"):
+    assert os.path.getsize(tmp_path / name) > 0
+  assert any(f.startswith("events") for f in os.listdir(tmp_path / "tensorboard"))
+  result = json.load(open(tmp_path / "eval/ppl_vs_length.json"))
+  assert [r["length"] for r in result["rows"]] == [16, 32, 64]
+  assert result["final_validation_loss"] == pytest.approx(out["val_loss"])
+  assert all(r["tokens"] > 0 and r["ppl"] > 1 for r in result["rows"])
+  assert 0 < result["unigram_entropy_nats"] < np.log(256)
+  record = json.loads(open(tmp_path / "metrics.jsonl").readline())
+  assert {"loss", "perplexity", "learning_rate", "grad_norm", "tokens_per_s", "step_time_s",
+          "mfu"} <= set(record)
+
+  # Standalone evaluation of the same checkpoint reproduces the numbers, at new lengths too.
+  again = eval_run.evaluate(str(tmp_path), length_multipliers=["1", "4"])
+  by_len = {r["length"]: r for r in result["rows"]}
+  assert again["rows"][0]["nll"] == pytest.approx(by_len[32]["nll"], rel=1e-5)
+  assert again["rows"][1]["length"] == 128
+
+
+def test_eight_devices_match_one_device(text_corpus, tmp_path):
+  one = tiny_config(text_corpus)
+  one.train.num_steps = 6
+  train.train_and_evaluate(one, str(tmp_path / "one"), devices=jax.devices()[:1])
+  eight = tiny_config(text_corpus)
+  eight.train.num_steps = 6
+  eight.mesh.data, eight.mesh.fsdp, eight.mesh.tensor = 2, 2, 2
+  assert jax.device_count() == 8
+  train.train_and_evaluate(eight, str(tmp_path / "eight"))
+  a, b = losses(tmp_path / "one"), losses(tmp_path / "eight")
+  assert [s for s, _ in a] == [s for s, _ in b]
+  np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-5)
+  pa, pb = final_params(tmp_path / "one", one), final_params(tmp_path / "eight", one)
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), pa, pb)
+
+
+def test_kill_and_resume_is_exact(text_corpus, tmp_path):
+  straight = tiny_config(text_corpus, "learned")
+  train.train_and_evaluate(straight, str(tmp_path / "straight"), devices=jax.devices()[:1])
+
+  first = tiny_config(text_corpus, "learned")
+  first.train.stop_after_step = 5  # the process ends after step 5 (its checkpoint is saved)
+  out = train.train_and_evaluate(first, str(tmp_path / "resumed"), devices=jax.devices()[:1])
+  assert out == {"step": 5}
+  assert not os.path.exists(tmp_path / "resumed" / "eval")
+  second = tiny_config(text_corpus, "learned")
+  train.train_and_evaluate(second, str(tmp_path / "resumed"), devices=jax.devices()[:1])
+
+  # Same loss curve (hence the same data order) and bit-identical final parameters.
+  assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
+  pa = final_params(tmp_path / "straight", straight)
+  pb = final_params(tmp_path / "resumed", straight)
+  jax.tree.map(np.testing.assert_array_equal, pa, pb)
+
+
+def test_checkpoint_of_another_shape_is_refused(text_corpus, tmp_path):
+  c = tiny_config(text_corpus)
+  c.train.num_steps = 2
+  c.eval.length_multipliers = (1.0,)
+  train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  other = tiny_config(text_corpus)
+  other.model.d_model = 32
+  mesh = train.sharding.make_mesh(other.mesh, jax.devices()[:1])
+  with pytest.raises(ConfigError, match="does not match"):
+    train.restore_params(str(tmp_path), other, train.model_spec(other, mesh))
+
+
+def run_cli(args, tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
+                         f"--config={os.path.join(ROOT, 'configs/alibi_tiny.py')}", *args],
+                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--config.model.position.kind=bogus"], "model.position.kind"),
+    (["--config.mesh.data=3"], "mesh"),
+    (["--config.model.num_heads=5"], "model.num_heads"),
+])
+def test_cli_bad_config_fails_in_one_line(args, field, tmp_path):
+  proc = run_cli([f"--workdir={tmp_path / 'w'}", *args], tmp_path)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = [l for l in proc.stderr.strip().splitlines() if l.startswith("error:")]
+  assert len(lines) == 1 and field in lines[0], proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
+
+
+def test_cli_workdir_that_is_a_file(tmp_path):
+  target = tmp_path / "file"
+  target.write_text("keep me")
+  proc = run_cli([f"--workdir={target}"], tmp_path)
+  assert proc.returncode == 2
+  assert "--workdir" in proc.stderr and "is a file" in proc.stderr
+  assert target.read_text() == "keep me"
+
+
+def test_flops_per_token_formula():
+  c = tiny_config("unused")
+  # 2 layers: matmuls 4*64*64 + 2*64*128 per layer, head 64*259; attention 2*32*64 per layer.
+  matmul = 2 * (4 * 64 * 64 + 2 * 64 * 128) + 64 * 259
+  assert train.train_flops_per_token(c) == 6 * matmul + 3 * 2 * (2 * 32 * 64)
+
+
+def test_gradient_accumulation_gives_the_same_update(text_corpus):
+  import functools
+  import jax.numpy as jnp
+  c = tiny_config(text_corpus)
+  mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
+  spec = train.model_spec(c, mesh)
+  tx = train.make_optimizer(c.train)
+  params = train.init_params(c, spec)
+  rng = np.random.default_rng(0)
+  batch = {"inputs": rng.integers(0, 256, (8, 32)), "targets": rng.integers(0, 256, (8, 32)),
+           "positions": np.tile(np.arange(32), (8, 1)), "segment_ids": np.ones((8, 32))}
+  batch["targets"][0, -5:] = 258  # PAD targets are excluded from the token-weighted mean
+  batch = {k: jnp.asarray(v, jnp.int32) for k, v in batch.items()}
+  results = []
+  for accum in (1, 4):
+    state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+    step = jax.jit(functools.partial(train.train_step, graphdef=spec.graphdef, tx=tx, pad_id=258,
+                                     grad_accum_steps=accum))
+    results.append(step(state, batch))
+  (s1, m1), (s4, m4) = results
+  assert float(m4["loss"]) == pytest.approx(float(m1["loss"]), rel=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+               s1["params"], s4["params"])
+
+
+def test_learned_positions_skip_unrepresentable_lengths(text_corpus, tmp_path):
+  c = tiny_config(text_corpus, "learned")
+  c.train.num_steps = 2
+  out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  rows = {r["length"]: r for r in out["ppl_vs_length"]["rows"]}
+  assert rows[32]["tokens"] > 0 and "skipped" not in rows[32]
+  assert rows[64]["nll"] is None and "clamp=True" in rows[64]["skipped"]
+  with pytest.raises(ConfigError, match="exceeds the 32 positions"):
+    eval_run.evaluate(str(tmp_path), length_multipliers=["4"])

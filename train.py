@@ -1,0 +1,523 @@
+"""Trains a decoder with a pluggable positional scheme, then evaluates perplexity vs length.
+
+  python train.py --config=configs/alibi_tiny.py --workdir=/tmp/alibi_tiny \
+      [--config.model.position.kind=rope]
+
+The whole run, top to bottom: validate the config (before any compilation) -> mesh -> data ->
+model and optimizer state, sharded by logical axis rules -> resume from the latest checkpoint in
+`workdir` -> one jitted train step per batch -> metrics, validation, checkpoints -> perplexity
+vs length. What lands in `workdir`: config.json, metrics.jsonl, tensorboard/, checkpoints/,
+eval/ppl_vs_length.{json,png}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from absl import app, flags, logging
+from flax import nnx
+from ml_collections import config_flags
+from tqdm import tqdm
+
+from configs.validate import ConfigError, eval_lengths, validate
+from data import corpora, pipeline
+from data.tokenizers import get_tokenizer
+from eval import perplexity, plots
+from eval.files import atomic_write, write_json
+from models import sharding
+from models.decoder import Decoder
+from models.positions import Dims
+
+# ---------------------------------------------------------------------------- setup helpers
+
+
+def check_workdir(workdir: str) -> None:
+  """Creates `workdir` if needed.
+
+  Raises:
+    ConfigError: `workdir` is empty, is a file, or is not writable.
+  """
+  if not workdir:
+    raise ConfigError("--workdir is required")
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f"--workdir={workdir} is a file, not a directory")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f"--workdir={workdir} cannot be created: {e.strerror}") from e
+  if not os.access(workdir, os.W_OK | os.X_OK):
+    raise ConfigError(f"--workdir={workdir} is not writable")
+
+
+def config_hash(config) -> str:
+  """First 12 hex digits of the sha256 of the config's canonical JSON (identifies a run)."""
+  return hashlib.sha256(config.to_json(sort_keys=True).encode()).hexdigest()[:12]
+
+
+def load_splits(config) -> dict[str, list[corpora.Document]]:
+  """Loads the configured corpus and splits it by document (see data.corpora.split_documents)."""
+  d = config.data
+  docs = corpora.load_documents(d.source, d.text_glob, d.cache_dir or None)
+  return corpora.split_documents(docs, d.validation_fraction, d.test_fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """The model's static structure and shardings, built without allocating parameters.
+
+  Attributes:
+    graphdef: NNX graph definition (static structure) of the Decoder.
+    abstract_params: pure dict of ShapeDtypeStructs carrying their target shardings.
+    param_shardings: pure dict of NamedShardings (same structure).
+    max_position: positions the scheme can represent (None = unbounded).
+    num_params: total parameter count.
+  """
+
+  graphdef: nnx.GraphDef
+  abstract_params: Any
+  param_shardings: Any
+  max_position: int | None
+  num_params: int
+
+
+def model_spec(config, mesh) -> ModelSpec:
+  """Traces the Decoder abstractly (`nnx.eval_shape`) and derives its parameter shardings."""
+  abstract_model = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
+  graphdef, state = nnx.split(abstract_model)
+  shardings = sharding.param_shardings(state, mesh)
+  pure = nnx.to_pure_dict(state)
+  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), pure, shardings)
+  num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(pure))
+  return ModelSpec(graphdef, abstract, shardings, abstract_model.position.max_position, num_params)
+
+
+def init_params(config, spec: ModelSpec):
+  """Initialises parameters directly into their shardings (seed `config.seed`)."""
+  def init():
+    return nnx.to_pure_dict(nnx.state(Decoder(config, rngs=nnx.Rngs(config.seed))))
+  return jax.jit(init, out_shardings=spec.param_shardings)()
+
+
+def make_optimizer(train_config) -> optax.GradientTransformation:
+  """AdamW (Loshchilov & Hutter, arXiv 1711.05101) with linear warmup + cosine decay.
+
+  The learning rate rises linearly from 0 to `learning_rate` over `warmup_steps`, then follows a
+  cosine to `learning_rate * final_lr_ratio` at `num_steps`. Gradients are clipped to global norm
+  `grad_clip` (if > 0); weight decay applies to matrices only (ndim >= 2: no norms, no biases).
+  """
+  t = train_config
+  adamw = optax.adamw(make_lr_schedule(t), b1=t.b1, b2=t.b2, weight_decay=t.weight_decay,
+                      mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params))
+  if t.grad_clip > 0:
+    return optax.chain(optax.clip_by_global_norm(t.grad_clip), adamw)
+  return adamw
+
+
+def state_shardings(tx, spec: ModelSpec, mesh):
+  """Shardings of the train state {params, opt_state, step}: optimizer moments like parameters."""
+  abstract_opt = jax.eval_shape(tx.init, spec.abstract_params)
+  opt_shardings = optax.tree_map_params(
+      tx, lambda _, s: s, abstract_opt, spec.param_shardings,
+      transform_non_params=lambda _: sharding.replicated(mesh))
+  return {"params": spec.param_shardings, "opt_state": opt_shardings,
+          "step": sharding.replicated(mesh)}
+
+
+# ---------------------------------------------------------------------------- step functions
+
+
+def loss_sum(params, graphdef, batch, pad_id: int):
+  """Summed next-token NLL (nats) over non-PAD targets, and the number of such targets.
+
+  batch: int32 [batch, seq] inputs, targets, positions, segment_ids.
+  """
+  model = nnx.merge(graphdef, params)
+  logits = model(batch["inputs"], batch["positions"], batch["segment_ids"])
+  weights = (batch["targets"] != pad_id).astype(jnp.float32)
+  return (perplexity.token_nll(logits, batch["targets"]) * weights).sum(), weights.sum()
+
+
+def train_step(state, batch, *, graphdef, tx, pad_id: int, grad_accum_steps: int = 1):
+  """One optimizer step: state {params, opt_state, step} -> new state, scalar metrics.
+
+  The loss is the token-weighted mean NLL over the whole batch. With grad_accum_steps > 1 the
+  batch is processed as that many microbatches (rows i, i + n, i + 2n, ... form microbatch i, so
+  each device's shard contributes to every microbatch) and their summed gradients are divided by
+  the batch's token count: the same update as one pass, with a fraction of the activation memory.
+  """
+  grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
+  params = state["params"]
+  if grad_accum_steps == 1:
+    (total, count), grads = grad_fn(params, graphdef, batch, pad_id)
+  else:
+    micro = jax.tree.map(
+        lambda x: x.reshape(x.shape[0] // grad_accum_steps, grad_accum_steps, *x.shape[1:])
+        .swapaxes(0, 1), batch)
+
+    def accumulate(carry, microbatch):
+      (s, c), g = grad_fn(params, graphdef, microbatch, pad_id)
+      return jax.tree.map(jnp.add, carry, (s, c, g)), None
+
+    zeros = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32),
+             jax.tree.map(jnp.zeros_like, params))
+    (total, count, grads), _ = jax.lax.scan(accumulate, zeros, micro)
+  count = jnp.maximum(count, 1.0)
+  grads = jax.tree.map(lambda g: g / count, grads)
+  updates, opt_state = tx.update(grads, state["opt_state"], params)
+  params = optax.apply_updates(params, updates)
+  metrics = {"loss": total / count, "grad_norm": optax.tree.norm(grads)}
+  return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
+
+
+# ---------------------------------------------------------------------------- FLOPs and MFU
+
+
+def train_flops_per_token(config) -> float:
+  """Analytic training FLOPs per token (forward + backward = 3 x forward).
+
+  6 x (parameters in matmuls: q/k/v/o, MLP, output head) plus attention scores and values:
+  forward 4 * T * H * D per layer for full attention, counted as half (2 * T * H * D) because
+  attention is causal, times 3 for the backward pass (the PaLM convention, Chowdhery et al.,
+  arXiv 2204.02311, Appendix B, with the causal half). Embedding lookups count 0.
+  """
+  m = config.model
+  dims = Dims.from_config(config)
+  attn_width = m.num_heads * dims.head_dim
+  mlp = (3 if m.mlp_activation == "swiglu" else 2) * m.d_model * m.mlp_dim
+  matmul_params = m.num_layers * (4 * m.d_model * attn_width + mlp) + m.d_model * m.vocab_size
+  attention = m.num_layers * 2 * config.data.train_len * attn_width
+  return 6.0 * matmul_params + 3.0 * attention
+
+
+def measure_peak_flops(n: int = 2048, repeats: int = 5) -> float:
+  """Measured dense float32 matmul rate of one device, FLOP/s (best of `repeats`)."""
+  x = jax.device_put(jnp.ones((n, n), jnp.float32), jax.devices()[0])
+  f = jax.jit(lambda a: a @ a)
+  f(x).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    f(x).block_until_ready()
+    best = min(best, time.perf_counter() - t0)
+  return 2.0 * n ** 3 / best
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
+  """Orbax manager for `workdir/checkpoints` (keeps `train.max_to_keep`; async saves)."""
+  return ocp.CheckpointManager(
+      os.path.join(os.path.abspath(workdir), "checkpoints"),
+      options=ocp.CheckpointManagerOptions(max_to_keep=config.train.max_to_keep, create=True))
+
+
+def abstract_with_shardings(shapes, shardings):
+  """ShapeDtypeStructs that carry the target shardings (what `StandardRestore` restores onto)."""
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+
+
+def restore_params(workdir: str, config, spec: ModelSpec, step: int | None = None):
+  """Restores only the parameters of a checkpoint in `workdir` (latest if `step` is None).
+
+  Returns:
+    (params pure dict with the spec's shardings, the step restored).
+
+  Raises:
+    ConfigError: no checkpoint in workdir, or one whose shapes differ from the config's model.
+  """
+  mngr = checkpoint_manager(workdir, config)
+  step = mngr.latest_step() if step is None else step
+  if step is None:
+    raise ConfigError(f"--workdir={workdir} holds no checkpoint")
+  target = {"params": spec.abstract_params}
+  try:
+    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+        partial_restore=True)))
+  except (ValueError, KeyError) as e:
+    raise ConfigError(f"checkpoint {step} in {workdir} does not match the configured model: {e}") from e
+  finally:
+    mngr.close()
+  return restored["state"]["params"], step
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def truncate_metrics(path: str, step: int) -> None:
+  """Drops metrics.jsonl lines logged after `step` (they are recomputed after a resume)."""
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+  atomic_write(path, lambda tmp: open(tmp, "w").writelines(kept))
+
+
+def skipped_lengths(config, spec: ModelSpec) -> tuple[list[int], str]:
+  """Configured eval lengths the scheme cannot represent (e.g. `learned` beyond its table),
+  and the reason recorded for them in the results."""
+  skip = perplexity.unrepresentable(eval_lengths(config), spec.max_position)
+  reason = (f"model.position.kind={config.model.position.kind!r} represents positions < "
+            f"{spec.max_position} only (set model.position.clamp=True to evaluate longer)")
+  return skip, reason
+
+
+def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int, docs,
+                 tokenizer, extra: dict | None = None) -> dict:
+  """Runs perplexity vs length and writes workdir/eval/ppl_vs_length.{json,png}.
+
+  Lengths the scheme cannot represent are recorded as skipped (see `skipped_lengths`).
+  """
+  lengths = eval_lengths(config)
+  skip, reason = skipped_lengths(config, spec)
+  nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
+  rows = perplexity.ppl_vs_length(
+      nll_fn, params, docs[config.eval.split], tokenizer, lengths,
+      max_tokens_per_length=config.eval.max_tokens_per_length,
+      batch_tokens=config.eval.batch_tokens, mesh=mesh, skip=skip, skip_reason=reason)
+  for row in rows:
+    row["multiplier"] = row["length"] / config.data.train_len
+  result = {
+      "suite": "ppl_vs_length", "protocol": "non_overlapping_from_document_start",
+      "scheme": config.model.position.kind, "step": int(step), "config_hash": config_hash(config),
+      "train_len": config.data.train_len, "split": config.eval.split,
+      "documents": len(docs[config.eval.split]), "unit": "nats per byte token",
+      "unigram_entropy_nats": perplexity.unigram_entropy(
+          [d for split in docs.values() for d in split]),
+      "rows": rows, **(extra or {})}
+  if jax.process_index() == 0:
+    write_json(os.path.join(workdir, "eval", "ppl_vs_length.json"), result)
+    plots.plot_ppl_vs_length(result, os.path.join(workdir, "eval", "ppl_vs_length.png"))
+  return result
+
+
+def train_and_evaluate(config, workdir: str, devices=None) -> dict:
+  """Runs (or resumes) the training run of `config` in `workdir`, then evaluates it.
+
+  Args:
+    config: experiment ConfigDict (configs/base.py).
+    workdir: output directory (created; resumed from if it holds checkpoints).
+    devices: devices of the mesh (default: all, `jax.devices()`).
+
+  Returns:
+    The final metrics: step, final validation loss (nats per byte token) and the
+    ppl_vs_length result.
+
+  Raises:
+    ConfigError: bad config field, workdir, mesh or data, before anything is compiled.
+  """
+  # --- validate everything that can be validated before data or compilation
+  devices = jax.devices() if devices is None else list(devices)
+  validate(config, len(devices))
+  check_workdir(workdir)
+  mesh = sharding.make_mesh(config.mesh, devices)
+  tokenizer = get_tokenizer(config.data.tokenizer)
+  docs = load_splits(config)
+  spec = model_spec(config, mesh)
+  perplexity.check_lengths(eval_lengths(config), None, config.model.position.kind)
+  skip, reason = skipped_lengths(config, spec)
+  if skip:
+    print(f"warning: eval lengths {skip} will be skipped: {reason}")
+  tx = make_optimizer(config.train)
+  t = config.train
+  is_chief = jax.process_index() == 0
+  if is_chief:
+    resolved = {"config": config.to_dict(), "config_hash": config_hash(config),
+                "num_params": spec.num_params, "mesh": dict(mesh.shape),
+                "num_devices": len(devices), "eval_lengths": eval_lengths(config),
+                "split_documents": {k: [d.name for d in v] for k, v in docs.items()}}
+    write_json(os.path.join(workdir, "config.json"), resolved)
+  if is_chief:
+    print(f"model: {spec.num_params:,} parameters, scheme {config.model.position.kind!r}, "
+          f"mesh {dict(mesh.shape)}, data: {len(docs['train'])} train / "
+          f"{len(docs['validation'])} validation / {len(docs['test'])} test documents")
+
+  # --- data
+  process_batch = config.data.batch_size // jax.process_count()
+  train_iter = iter(pipeline.train_dataset(
+      docs["train"], tokenizer, train_len=config.data.train_len, batch_size=process_batch,
+      seed=config.data.shuffle_seed, process_index=jax.process_index(),
+      process_count=jax.process_count()))
+  val_windows = pipeline.document_windows(
+      docs["validation"], tokenizer, config.data.train_len,
+      -(-t.eval_tokens // max(1, len(docs["validation"]))))
+
+  # --- state: resume from the latest checkpoint, else initialise
+  shardings = state_shardings(tx, spec, mesh)
+  mngr = checkpoint_manager(workdir, config)
+  latest = mngr.latest_step()
+  if latest is not None:
+    abstract = abstract_with_shardings(
+        {"params": spec.abstract_params, "opt_state": jax.eval_shape(tx.init, spec.abstract_params),
+         "step": jax.ShapeDtypeStruct((), jnp.int32)}, shardings)
+    restored = mngr.restore(latest, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract),
+        data=grain.checkpoint.CheckpointRestore(train_iter)))
+    state = restored["state"]
+    print(f"resumed from the checkpoint at step {latest} in {workdir}")
+    if is_chief:
+      truncate_metrics(os.path.join(workdir, "metrics.jsonl"), latest)
+  else:
+    params = init_params(config, spec)
+    opt_state = jax.jit(tx.init, out_shardings=shardings["opt_state"])(params)
+    state = {"params": params, "opt_state": opt_state,
+             "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"])}
+  step = int(state["step"])
+
+  def save(step: int):
+    mngr.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(train_iter)))
+
+  # --- compiled functions
+  batch_sharding = sharding.batch_sharding(mesh)
+  step_fn = jax.jit(
+      functools.partial(train_step, graphdef=spec.graphdef, tx=tx, pad_id=tokenizer.pad_id,
+                        grad_accum_steps=t.grad_accum_steps),
+      in_shardings=(shardings, batch_sharding),
+      out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
+  nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
+  eval_batch = max(1, config.eval.batch_tokens // config.data.train_len)
+
+  def validation_loss(params) -> float:
+    total, count = perplexity.score_windows(nll_fn, params, val_windows, batch_size=eval_batch,
+                                            mesh=mesh)
+    return total / count
+
+  flops_per_step = train_flops_per_token(config) * config.data.batch_size * config.data.train_len
+  peak = (t.peak_flops_per_device or measure_peak_flops()) * len(devices)
+  schedule_lr = make_lr_schedule(t)
+  if is_chief:
+    from tensorboardX import SummaryWriter
+    writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    metrics_file = open(os.path.join(workdir, "metrics.jsonl"), "a")
+
+  def log(record: dict):
+    if is_chief:
+      metrics_file.write(json.dumps(record) + "\n")
+      metrics_file.flush()
+      for k, v in record.items():
+        if k != "step" and v is not None:
+          writer.add_scalar(k, v, record["step"])
+      writer.flush()
+
+  def close_outputs():
+    if is_chief:
+      writer.close()
+      metrics_file.close()
+
+  # --- the loop
+  last_step = t.num_steps if t.stop_after_step < 0 else min(t.num_steps, t.stop_after_step)
+  bar = tqdm(total=t.num_steps, initial=step, desc="train", disable=not is_chief,
+             dynamic_ncols=True)
+  interval_start, interval_steps = time.perf_counter(), 0
+  val_loss = None
+  while step < last_step:
+    batch = next(train_iter)
+    batch = {k: jax.make_array_from_process_local_data(batch_sharding, v) for k, v in batch.items()}
+    state, metrics = step_fn(state, batch)
+    step += 1
+    interval_steps += 1
+    bar.update(1)
+    if step % t.log_every_steps == 0 or step == last_step:
+      metrics = jax.device_get(metrics)  # the only host sync of the loop
+      elapsed = time.perf_counter() - interval_start
+      step_time = elapsed / interval_steps
+      record = {"step": step, "loss": float(metrics["loss"]),
+                "perplexity": math.exp(min(float(metrics["loss"]), 50.0)),
+                "grad_norm": float(metrics["grad_norm"]), "learning_rate": float(schedule_lr(step - 1)),
+                "step_time_s": step_time,
+                "tokens_per_s": config.data.batch_size * config.data.train_len / step_time,
+                "mfu": flops_per_step / step_time / peak}
+      if not math.isfinite(record["loss"]):
+        raise FloatingPointError(f"loss is {record['loss']} at step {step}; last checkpoint: "
+                                 f"{mngr.latest_step()}")
+      log(record)
+      bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+      interval_start, interval_steps = time.perf_counter(), 0
+    if t.eval_every_steps and step % t.eval_every_steps == 0 and step < t.num_steps:
+      val_loss = validation_loss(state["params"])
+      log({"step": step, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2)})
+      bar.write(f"step {step}: validation loss {val_loss:.4f} nats/byte")
+      interval_start, interval_steps = time.perf_counter(), 0
+    if step % t.checkpoint_every_steps == 0 or step == last_step:
+      save(step)
+  bar.close()
+  mngr.wait_until_finished()
+  mngr.close()
+  if step < t.num_steps:
+    close_outputs()
+    print(f"stopped after step {step} of {t.num_steps} (train.stop_after_step); run again to resume")
+    return {"step": step}
+
+  # --- final validation and perplexity vs length
+  val_loss = validation_loss(state["params"])
+  log({"step": step, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2)})
+  result = evaluate_ppl(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
+                        extra={"final_validation_loss": val_loss})
+  close_outputs()
+  print(f"final validation loss: {val_loss:.4f} nats/byte ({val_loss / math.log(2):.4f} bits/byte); "
+        f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats")
+  for row in result["rows"]:
+    if row["nll"] is not None:
+      print(f"  ppl at {row['length']:>6} tokens ({row['multiplier']:g}x train_len): "
+            f"{row['ppl']:.4f} ({row['tokens']} tokens)")
+  return {"step": step, "val_loss": val_loss, "ppl_vs_length": result}
+
+
+def make_lr_schedule(train_config):
+  """The learning-rate schedule used by `make_optimizer` (for logging)."""
+  t = train_config
+  return optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=t.learning_rate, warmup_steps=t.warmup_steps,
+      decay_steps=max(t.num_steps, t.warmup_steps + 1), end_value=t.learning_rate * t.final_lr_ratio)
+
+
+# ---------------------------------------------------------------------------- entry point
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Command-line flags (defined only when run as a script, so `import train` defines none)."""
+  config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Directory for config, metrics, checkpoints and eval results.")
+
+
+def quiet_library_logs() -> None:
+  """Shows warnings and errors only (Orbax logs every save at INFO), unless --verbosity is given."""
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  quiet_library_logs()
+  if FLAGS.config is None:
+    raise app.UsageError("--config is required, e.g. --config=configs/alibi_tiny.py")
+  try:
+    train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
