@@ -356,6 +356,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   val_windows = pipeline.document_windows(
       docs["validation"], tokenizer, config.data.train_len,
       -(-t.eval_tokens // max(1, len(docs["validation"]))))
+  if len(val_windows["inputs"]) == 0:
+    raise ConfigError(f"no validation document is longer than data.train_len={config.data.train_len} "
+                      "tokens; raise data.validation_fraction or shorten train_len")
 
   # --- state: resume from the latest checkpoint, else initialise
   shardings = state_shardings(tx, spec, mesh)

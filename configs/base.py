@@ -23,6 +23,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.train_len = 256  # training context length, tokens.
   c.data.batch_size = 16  # global batch, sequences per step; divisible by mesh data * fsdp.
   c.data.shuffle_seed = 0  # seed of the window shuffle (independent of c.seed).
+  # Training-time position-id transform, for any scheme (evaluation always uses true positions).
+  c.data.position_sampler = ml_collections.ConfigDict()
+  c.data.position_sampler.kind = "none"  # "none" | "randomized" (Ruoss et al.) | "pose" (Zhu et al.).
+  c.data.position_sampler.max_position = -1  # randomized/pose: positions drawn below this; -1 = 4 * train_len.
+  c.data.position_sampler.num_chunks = 2  # pose: chunks of the window, each shifted by a random skip.
+  c.data.position_sampler.seed = 0  # seed of the per-example draws (reproducible across resumes).
 
   # ---------------------------------------------------------------- model
   c.model = ml_collections.ConfigDict()
@@ -39,6 +45,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.init_std = 0.02  # std of the normal init of embeddings and projections (GPT-2).
   c.model.attention_impl = "xla"  # "xla" (pure jnp); kernels arrive with the Pallas issue.
   c.model.attention_chunk = 512  # query chunk, tokens: attention memory O(seq x chunk); 0 = off.
+  c.model.sliding_window = 0  # keys visible per query in windowed layers, tokens; 0 = full attention.
+  c.model.global_every = 0  # with sliding_window: every N-th layer keeps full attention; 0 = none.
+  c.model.logn_scaling = False  # scale queries by log(n)/log(train_len), n = position + 1.
 
   # Positional scheme: one of models.positions.REGISTRY (none, learned, sinusoidal, rope, alibi).
   c.model.position = ml_collections.ConfigDict()
@@ -48,6 +57,17 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.position.max_len = -1  # learned: table size in positions; -1 = data.train_len.
   c.model.position.clamp = False  # learned: clamp positions >= max_len to the last row at eval.
   c.model.position.sinusoid_base = 10000.0  # sinusoidal: wavelength base (Vaswani et al.).
+  c.model.position.per_layer = True  # t5/kerple/fire: own bias parameters per layer (T5 shares: False).
+  c.model.position.num_buckets = 32  # t5: relative-position buckets.
+  c.model.position.max_distance = 128  # t5: distance (tokens) where the last, log-spaced bucket starts.
+  c.model.position.fire_mlp_width = 32  # fire: hidden width of the position MLP.
+  c.model.position.fire_init_c = 0.1  # fire: initial c of psi(x) = log(c x + 1).
+  c.model.position.fire_init_threshold = 512.0  # fire: initial L_thr of the normaliser, tokens.
+  c.model.position.sandwich_dim = -1  # sandwich: sinusoid width d'; -1 = head_dim.
+  c.model.position.xpos_scale_base = 512.0  # xpos: the decay's length scale, tokens.
+  c.model.position.cope_npos_max = 64  # cope: contextual positions represented (embedding rows).
+  c.model.position.nope_every = 0  # rope/xpos: every N-th layer (N-1, 2N-1, ...) uses no rotation; 0 = none.
+  c.model.position.rope_theta_per_layer = ()  # rope: one rope_theta per layer; () = rope_theta everywhere.
 
   # ---------------------------------------------------------------- optimisation
   c.train = ml_collections.ConfigDict()

@@ -100,6 +100,11 @@ def validate(config, num_devices: int) -> None:
     raise ConfigError(f"train.learning_rate must be > 0; got {t.learning_rate}")
   if not isinstance(t.warmup_steps, int) or t.warmup_steps < 0:
     raise ConfigError(f"train.warmup_steps must be an integer >= 0; got {t.warmup_steps!r}")
+  for field in ("sliding_window", "global_every"):
+    if not isinstance(m[field], int) or m[field] < 0:
+      raise ConfigError(f"model.{field} must be an integer >= 0 (0 = off); got {m[field]!r}")
+  if m.logn_scaling and config.data.train_len < 2:
+    raise ConfigError("model.logn_scaling needs data.train_len >= 2 (it divides by log(train_len))")
   if not isinstance(m.attention_chunk, int) or m.attention_chunk < 0:
     raise ConfigError(f"model.attention_chunk must be an integer >= 0 (0 = off); "
                       f"got {m.attention_chunk!r}")

@@ -14,6 +14,7 @@ it is committed to this repository.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import glob
 import hashlib
 import os
@@ -148,7 +149,7 @@ def fetch_archive_texts(
       with tarfile.open(archive, "r:gz") as tar:
         for member in tar.getmembers():
           name = member.name
-          if not member.isfile() or not glob.fnmatch.fnmatch(name, spec.member_glob):
+          if not member.isfile() or not fnmatch.fnmatch(name, spec.member_glob):
             continue
           if spec.exclude_suffix and name.endswith(spec.exclude_suffix):
             continue

@@ -21,6 +21,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
+from configs.validate import ConfigError
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
 
@@ -100,14 +101,15 @@ def train_dataset(docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_l
     its iterator's `get_state()` / `set_state()` resume the exact order.
 
   Raises:
-    ValueError: if the documents give fewer windows than one batch.
+    ConfigError: if the documents give fewer windows than one batch.
   """
   tokens, starts = pack_stream(docs, tokenizer)
   source = PackedWindows(tokens, starts, train_len)
   ds = grain.MapDataset.source(source)[process_index::process_count]
   if len(ds) < batch_size:
-    raise ValueError(f"training split gives {len(ds)} windows of train_len={train_len} on this "
-                     f"process, fewer than one batch of {batch_size}")
+    raise ConfigError(f"the training split gives {len(ds)} windows of data.train_len={train_len} "
+                      f"on this process, fewer than one batch of {batch_size} (data.batch_size); "
+                      "use more text, a shorter train_len or a smaller batch")
   ds = ds.shuffle(seed=seed).repeat(None).batch(batch_size, drop_remainder=True)
   return ds.to_iter_dataset()
 

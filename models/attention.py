@@ -15,20 +15,26 @@ from models.positions import Dims, PositionalScheme
 
 
 def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = None,
-                   k_segment_ids: jax.Array | None = None) -> jax.Array:
+                   k_segment_ids: jax.Array | None = None, window: int = 0) -> jax.Array:
   """Boolean mask, True where query i may attend to key j.
 
   Causality is by index: query i sees keys j <= i + (k_len - q_len) (the last q_len of k_len
   positions, as in decoding with a cache). With segment ids, only keys of the same document.
+  With `window` > 0 (sliding-window attention, Beltagy et al., arXiv 2004.05150), only the
+  `window` most recent keys, the query's own included.
 
   Args:
     q_len, k_len: lengths, tokens.
     q_segment_ids: int32 [batch, q_len] or None; k_segment_ids: int32 [batch, k_len] or None.
+    window: keys visible per query, tokens; 0 = unlimited.
 
   Returns:
     bool [batch or 1, 1, q_len, k_len].
   """
-  causal = np.arange(q_len)[:, None] + (k_len - q_len) >= np.arange(k_len)[None, :]
+  query_index = np.arange(q_len)[:, None] + (k_len - q_len)
+  causal = query_index >= np.arange(k_len)[None, :]
+  if window > 0:
+    causal &= query_index - np.arange(k_len)[None, :] < window
   mask = jnp.asarray(causal)[None, None]
   if q_segment_ids is not None:
     same = q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :]
@@ -39,7 +45,7 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
                           bias: jax.Array | None = None, q_segment_ids: jax.Array | None = None,
                           k_segment_ids: jax.Array | None = None,
-                          scale: float | None = None) -> jax.Array:
+                          mask: jax.Array | None = None, scale: float | None = None) -> jax.Array:
   """Causal softmax attention, the pure-jnp ("xla") reference.
 
   `softmax(scale * q k^T + bias + mask) v` with the logits, bias and softmax in float32 and
@@ -49,6 +55,8 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
     q: [batch, q_len, heads, head_dim]; k, v: [batch, k_len, heads, head_dim].
     bias: float32 [batch or 1, heads, q_len, k_len] additive logit bias, or None.
     q_segment_ids / k_segment_ids: int32 [batch, len] document ids, or None.
+    mask: bool [batch or 1, 1, q_len, k_len] from `attention_mask`; default: causal with the
+      segment ids.
     scale: logit scale; default 1 / sqrt(head_dim) (Vaswani et al., arXiv 1706.03762, Eq. 1).
 
   Returns:
@@ -61,10 +69,26 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
                       preferred_element_type=jnp.float32)
   if bias is not None:
     logits = logits + bias
-  mask = attention_mask(q.shape[1], k.shape[1], q_segment_ids, k_segment_ids)
+  if mask is None:
+    mask = attention_mask(q.shape[1], k.shape[1], q_segment_ids, k_segment_ids)
   logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
   return jnp.einsum("bhqk,bhkd->bhqd", probs, vh).transpose(0, 2, 1, 3)
+
+
+def logn_scale(positions: jax.Array, train_len: int) -> jax.Array:
+  """Log-n attention temperature: log(n) / log(train_len) with n = position + 1 keys in view.
+
+  Multiplying the logits by log n keeps attention from flattening as n grows beyond what was
+  trained (Chiang & Cholak, arXiv 2202.12172, Sec. 5.3; normalised here to 1 at n = train_len).
+
+  Args:
+    positions: int32 [batch, seq] position ids; train_len: tokens (> 1).
+
+  Returns:
+    float32 [batch, seq] factors (0 at position 0, 1 at position train_len - 1).
+  """
+  return jnp.log(positions.astype(jnp.float32) + 1.0) / np.log(train_len)
 
 
 class Attention(nnx.Module):
@@ -75,9 +99,14 @@ class Attention(nnx.Module):
   (GPT-2, Radford et al. 2019).
   """
 
-  def __init__(self, dims: Dims, layer: int, *, dtype, rngs: nnx.Rngs, chunk: int = 0):
-    """dims: model sizes; layer: this block's index (passed to the scheme's hooks);
-    chunk: query chunk length in tokens for long sequences (0 = never chunk)."""
+  def __init__(self, dims: Dims, layer: int, *, dtype, rngs: nnx.Rngs, chunk: int = 0,
+               window: int = 0, logn_scaling: bool = False):
+    """Args:
+      dims: model sizes; layer: this block's index (passed to the scheme's hooks).
+      chunk: query chunk length in tokens for long sequences (0 = never chunk).
+      window: sliding-window size in tokens for this layer (0 = full causal attention).
+      logn_scaling: scale queries by log(n) / log(train_len), n = position + 1 (see `logn_scale`).
+    """
     init = nnx.initializers.normal(dims.init_std)
     out_init = nnx.initializers.normal(dims.init_std / np.sqrt(2 * dims.num_layers))
     qkv_shape = (dims.d_model, dims.num_heads, dims.head_dim)
@@ -91,6 +120,8 @@ class Attention(nnx.Module):
     self.layer = layer
     self.dtype = dtype
     self.chunk = chunk
+    self.window = window
+    self.logn_train_len = dims.train_len if logn_scaling else 0
 
   def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
                scheme: PositionalScheme) -> jax.Array:
@@ -104,16 +135,18 @@ class Attention(nnx.Module):
 
     q, k, v = project(self.wq), project(self.wk), project(self.wv)
     q, k = scheme.rotate(q, k, positions, positions, self.layer)
+    if self.logn_train_len:
+      q = q * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(q.dtype)
     # Query chunks bound memory to O(seq x chunk) per head; causality means chunk [c0, c1) only
     # needs keys [0, c1), which also skips the masked upper triangle between chunks.
     chunk = self.chunk if 0 < self.chunk < s else s
     outs = []
     for c0 in range(0, s, chunk):
       c1 = min(c0 + chunk, s)
-      bias = scheme.bias(positions[:, c0:c1], positions[:, :c1], self.layer)
-      outs.append(dot_product_attention(
-          q[:, c0:c1], k[:, :c1], v[:, :c1], bias=bias, q_segment_ids=segment_ids[:, c0:c1],
-          k_segment_ids=segment_ids[:, :c1]))
+      mask = attention_mask(c1 - c0, c1, segment_ids[:, c0:c1], segment_ids[:, :c1], self.window)
+      qc, kc = q[:, c0:c1], k[:, :c1]
+      bias = scheme.bias(positions[:, c0:c1], positions[:, :c1], self.layer, q=qc, k=kc, mask=mask)
+      outs.append(dot_product_attention(qc, kc, v[:, :c1], bias=bias, mask=mask))
     out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
     wo = self.wo[...].astype(self.dtype)
     return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)

@@ -17,6 +17,21 @@ from models.attention import Attention
 from models.positions import Dims
 
 
+def layer_window(model_config, layer: int) -> int:
+  """Sliding-window size of `layer` (tokens; 0 = full attention).
+
+  `model.sliding_window` > 0 windows every layer except, when `model.global_every` = N > 0,
+  layers N-1, 2N-1, ... which keep full attention (interleaved local/global layouts such as
+  Gemma 2/3 and SWAN-GPT, arXiv 2504.08719).
+  """
+  m = model_config
+  if m.sliding_window <= 0:
+    return 0
+  if m.global_every > 0 and (layer + 1) % m.global_every == 0:
+    return 0
+  return m.sliding_window
+
+
 class MLP(nnx.Module):
   """Position-wise MLP: GELU (GPT-2) or SwiGLU (Shazeer, arXiv 2002.05202, Eq. 5).
 
@@ -53,10 +68,11 @@ class Block(nnx.Module):
   """One pre-norm decoder block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
   def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
-               attention_chunk: int = 0):
+               attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False):
     self.attn_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
                                  param_dtype=dims.param_dtype, rngs=rngs)
-    self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk)
+    self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk,
+                               window=window, logn_scaling=logn_scaling)
     self.mlp_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
                                 param_dtype=dims.param_dtype, rngs=rngs)
     self.mlp = MLP(dims, mlp_dim, activation, dtype=dtype, rngs=rngs)
@@ -92,7 +108,8 @@ class Decoder(nnx.Module):
         logical_axes=("vocab", "embed"))
     self.blocks = nnx.List([
         Block(dims, i, m.mlp_dim, m.mlp_activation, dtype=self.dtype, rngs=rngs,
-              attention_chunk=m.attention_chunk)
+              attention_chunk=m.attention_chunk, window=layer_window(m, i),
+              logn_scaling=m.logn_scaling)
         for i in range(m.num_layers)])
     self.final_norm = nnx.RMSNorm(m.d_model, epsilon=1e-6, dtype=jnp.float32,
                                   param_dtype=m.param_dtype, rngs=rngs)

@@ -53,8 +53,8 @@ class ALiBi(PositionalScheme):
     del cfg, rngs
     self.slopes = tuple(float(m) for m in alibi_slopes(dims.num_heads))  # static, hashable
 
-  def bias(self, q_positions, k_positions, layer):
+  def bias(self, q_positions, k_positions, layer, **unused):
     """q_positions: int32 [batch, q_len], k_positions: [batch, k_len] -> float32 [b, H, q, k]."""
-    del layer
+    del layer, unused
     distance = (q_positions[:, None, :, None] - k_positions[:, None, None, :]).astype(jnp.float32)
     return -jnp.asarray(self.slopes, jnp.float32)[None, :, None, None] * distance

@@ -3,8 +3,9 @@
 A scheme may act at up to three places (DESIGN.md):
   1. `embed(x, positions)`: on the token embeddings (learned, sinusoidal);
   2. `rotate(q, k, q_positions, k_positions, layer)`: on queries and keys (RoPE, xPos, ...);
-  3. `bias(q_positions, k_positions, layer)`: an additive attention-logit bias that is a function
-     of query and key positions (ALiBi, T5, KERPLE, FIRE, ...).
+  3. `bias(q_positions, k_positions, layer, q=, k=, mask=)`: an additive attention-logit bias,
+     a function of query and key positions (ALiBi, T5, KERPLE, FIRE, ...) or, for contextual
+     schemes (CoPE), also of the rotated queries/keys and the attention mask.
 The defaults do nothing, so NoPE is the base class itself. Positions are explicit int32
 `[batch, seq]` arrays: packing restarts them per document, decoding offsets them, eval-time
 extensions transform them.
@@ -73,6 +74,19 @@ class PositionalScheme(nnx.Module):
     """q: [batch, q_len, heads, head_dim], k: [batch, k_len, heads, head_dim] -> (q, k)."""
     return q, k
 
-  def bias(self, q_positions: jax.Array, k_positions: jax.Array, layer: int) -> jax.Array | None:
-    """Returns a float32 [batch, heads, q_len, k_len] additive logit bias, or None."""
+  def bias(self, q_positions: jax.Array, k_positions: jax.Array, layer: int, *,
+           q: jax.Array | None = None, k: jax.Array | None = None,
+           mask: jax.Array | None = None) -> jax.Array | None:
+    """Additive logit bias for one layer (`layer` is a static Python int).
+
+    Args:
+      q_positions: int32 [batch, q_len]; k_positions: int32 [batch, k_len].
+      q: [batch, q_len, heads, head_dim] queries after `rotate` (for contextual schemes).
+      k: [batch, k_len, heads, head_dim] keys after `rotate`.
+      mask: bool [batch or 1, 1, q_len, k_len], True where attention is allowed.
+
+    Returns:
+      float32 [batch, heads, q_len, k_len], or None for no bias. Masked entries may hold
+      anything: they are removed after the bias is added.
+    """
     return None
