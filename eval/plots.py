@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from eval.files import atomic_write  # noqa: E402
 
@@ -25,6 +26,9 @@ def plot_ppl_vs_length(result: dict, path: str) -> None:
   ax.axvline(result["train_len"], color="gray", linestyle="--", label=f"train_len={result['train_len']}")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
+  ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+  ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%.3g"))
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel("perplexity (per byte token)")
   ax.set_title(f"Perplexity vs length ({result.get('split', '')}, step {result.get('step', '?')})")
