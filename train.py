@@ -34,7 +34,7 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from configs.validate import ConfigError, eval_lengths, validate
-from data import corpora, pipeline
+from data import corpora, pipeline, position_samplers
 from data.tokenizers import get_tokenizer
 from eval import perplexity, plots
 from eval.files import atomic_write, write_json
@@ -84,6 +84,7 @@ class ModelSpec:
     abstract_params: pure dict of ShapeDtypeStructs carrying their target shardings.
     param_shardings: pure dict of NamedShardings (same structure).
     max_position: positions the scheme can represent (None = unbounded).
+    max_position_hint: how to evaluate beyond max_position (the scheme's advice).
     num_params: total parameter count.
   """
 
@@ -91,6 +92,7 @@ class ModelSpec:
   abstract_params: Any
   param_shardings: Any
   max_position: int | None
+  max_position_hint: str
   num_params: int
 
 
@@ -102,7 +104,9 @@ def model_spec(config, mesh) -> ModelSpec:
   pure = nnx.to_pure_dict(state)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), pure, shardings)
   num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(pure))
-  return ModelSpec(graphdef, abstract, shardings, abstract_model.position.max_position, num_params)
+  scheme = abstract_model.position
+  return ModelSpec(graphdef, abstract, shardings, scheme.max_position, scheme.max_position_hint,
+                   num_params)
 
 
 def init_params(config, spec: ModelSpec):
@@ -273,7 +277,7 @@ def skipped_lengths(config, spec: ModelSpec) -> tuple[list[int], str]:
   and the reason recorded for them in the results."""
   skip = perplexity.unrepresentable(eval_lengths(config), spec.max_position)
   reason = (f"model.position.kind={config.model.position.kind!r} represents positions < "
-            f"{spec.max_position} only (set model.position.clamp=True to evaluate longer)")
+            f"{spec.max_position} only ({spec.max_position_hint})")
   return skip, reason
 
 
@@ -352,7 +356,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   train_iter = iter(pipeline.train_dataset(
       docs["train"], tokenizer, train_len=config.data.train_len, batch_size=process_batch,
       seed=config.data.shuffle_seed, process_index=jax.process_index(),
-      process_count=jax.process_count()))
+      process_count=jax.process_count(),
+      sampler=position_samplers.make_sampler(config.data.position_sampler, config.data.train_len)))
   val_windows = pipeline.document_windows(
       docs["validation"], tokenizer, config.data.train_len,
       -(-t.eval_tokens // max(1, len(docs["validation"]))))

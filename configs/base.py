@@ -57,16 +57,17 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.position.max_len = -1  # learned: table size in positions; -1 = data.train_len.
   c.model.position.clamp = False  # learned: clamp positions >= max_len to the last row at eval.
   c.model.position.sinusoid_base = 10000.0  # sinusoidal: wavelength base (Vaswani et al.).
-  c.model.position.per_layer = True  # t5/kerple/fire: own bias parameters per layer (T5 shares: False).
+  c.model.position.per_layer = True  # t5/kerple/fire/cope: own parameters per layer; False = shared
+                                     # by all layers (as in the T5 and KERPLE papers, and FIRE-S).
   c.model.position.num_buckets = 32  # t5: relative-position buckets.
-  c.model.position.max_distance = 128  # t5: distance (tokens) where the last, log-spaced bucket starts.
+  c.model.position.max_distance = 128  # t5: distances (tokens) from here on share the last bucket.
   c.model.position.fire_mlp_width = 32  # fire: hidden width of the position MLP.
   c.model.position.fire_init_c = 0.1  # fire: initial c of psi(x) = log(c x + 1).
   c.model.position.fire_init_threshold = 512.0  # fire: initial L_thr of the normaliser, tokens.
   c.model.position.sandwich_dim = -1  # sandwich: sinusoid width d'; -1 = head_dim.
   c.model.position.xpos_scale_base = 512.0  # xpos: the decay's length scale, tokens.
   c.model.position.cope_npos_max = 64  # cope: contextual positions represented (embedding rows).
-  c.model.position.nope_every = 0  # rope/xpos: every N-th layer (N-1, 2N-1, ...) uses no rotation; 0 = none.
+  c.model.position.nope_every = 0  # rope/xpos: layers N-1, 2N-1, ... use no rotation; 0 = none.
   c.model.position.rope_theta_per_layer = ()  # rope: one rope_theta per layer; () = rope_theta everywhere.
 
   # ---------------------------------------------------------------- optimisation

@@ -95,6 +95,8 @@ def validate(config, num_devices: int) -> None:
   from data.corpora import SOURCES
   _choice(config.data.source, "data.source", SOURCES)
   positions.build(m.position, positions.Dims.from_config(config), check_only=True)
+  from data.position_samplers import check_config as check_position_sampler
+  check_position_sampler(config.data.position_sampler, config.data.train_len, m.position)
   t = config.train
   if not t.learning_rate > 0:
     raise ConfigError(f"train.learning_rate must be > 0; got {t.learning_rate}")

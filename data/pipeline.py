@@ -16,6 +16,7 @@ so attention never crosses documents and positional schemes see true in-document
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import grain
@@ -23,6 +24,7 @@ import numpy as np
 
 from configs.validate import ConfigError
 from data.corpora import Document
+from data.position_samplers import PositionSampler
 from data.tokenizers import ByteTokenizer
 
 
@@ -89,12 +91,17 @@ class PackedWindows:
 
 def train_dataset(docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_len: int,
                   batch_size: int, seed: int, process_index: int = 0,
-                  process_count: int = 1) -> grain.IterDataset:
+                  process_count: int = 1,
+                  sampler: PositionSampler | None = None) -> grain.IterDataset:
   """Infinite, shuffled, batched training data for this process.
 
   Windows are sharded across processes (`process_index::process_count`) before shuffling, so each
   host reads a disjoint part; `batch_size` is the per-process batch. The shuffle is a fresh
   permutation every epoch (grain's `MapDataset.shuffle` reseeds per epoch under `repeat`).
+  With `sampler` (data/position_samplers.py: randomized positions, arXiv 2305.16843, or PoSE,
+  arXiv 2309.10400), each example's `positions` are redrawn from the sampler's seed, this
+  process's index and the example's index in the repeated stream, so resumption reproduces them
+  and every epoch draws afresh; evaluation data never goes through it.
 
   Returns:
     A grain `IterDataset` of dicts of int32 `[batch_size, train_len]` arrays (see module doc);
@@ -110,7 +117,10 @@ def train_dataset(docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_l
     raise ConfigError(f"the training split gives {len(ds)} windows of data.train_len={train_len} "
                       f"on this process, fewer than one batch of {batch_size} (data.batch_size); "
                       "use more text, a shorter train_len or a smaller batch")
-  ds = ds.shuffle(seed=seed).repeat(None).batch(batch_size, drop_remainder=True)
+  ds = ds.shuffle(seed=seed).repeat(None)
+  if sampler is not None:
+    ds = ds.map_with_index(functools.partial(sampler.apply, stream=process_index))
+  ds = ds.batch(batch_size, drop_remainder=True)
   return ds.to_iter_dataset()
 
 

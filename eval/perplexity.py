@@ -99,7 +99,8 @@ def score_windows(nll_fn: Callable, params, windows: dict[str, np.ndarray], *, b
   return total, count
 
 
-def check_lengths(lengths: Sequence[int], max_position: int | None, kind: str) -> None:
+def check_lengths(lengths: Sequence[int], max_position: int | None, kind: str,
+                  hint: str = "") -> None:
   """Refuses, before compilation, lengths the positional scheme cannot represent.
 
   Raises:
@@ -110,8 +111,8 @@ def check_lengths(lengths: Sequence[int], max_position: int | None, kind: str) -
   if max_position is not None and max(lengths) > max_position:
     raise ConfigError(
         f"evaluation length {max(lengths)} exceeds the {max_position} positions that "
-        f"model.position.kind={kind!r} can represent (model.position.max_len); set "
-        "model.position.clamp=True, raise model.position.max_len, or lower eval.length_multipliers")
+        f"model.position.kind={kind!r} can represent; {hint + ', or ' if hint else ''}"
+        "lower eval.length_multipliers")
 
 
 def unrepresentable(lengths: Sequence[int], max_position: int | None) -> list[int]:

@@ -87,7 +87,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   # lengths the scheme cannot represent, which are then recorded as skipped.
   perplexity.check_lengths(eval_lengths(config),
                            spec.max_position if length_multipliers is not None else None,
-                           config.model.position.kind)
+                           config.model.position.kind, spec.max_position_hint)
   params, step = train.restore_params(workdir, config, spec, step)
   docs = train.load_splits(config)
   return train.evaluate_ppl(config, workdir, spec, mesh, params, step, docs,

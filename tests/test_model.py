@@ -105,3 +105,42 @@ def test_query_chunked_attention_matches_full(kind):
   seg = jnp.asarray(np.concatenate([np.ones(6), 2 * np.ones(15)])[None].repeat(2, 0), jnp.int32)
   np.testing.assert_allclose(np.asarray(chunked(tokens, pos, seg)), np.asarray(full(tokens, pos, seg)),
                              rtol=0, atol=2e-5)
+
+
+def test_sliding_window_mask():
+  mask = np.asarray(attention_mask(5, 5, window=2))[0, 0]
+  expected = np.array([[1, 0, 0, 0, 0],
+                       [1, 1, 0, 0, 0],
+                       [0, 1, 1, 0, 0],
+                       [0, 0, 1, 1, 0],
+                       [0, 0, 0, 1, 1]], bool)
+  np.testing.assert_array_equal(mask, expected)
+  # A query chunk [3, 5) against keys [0, 5): the same rows.
+  np.testing.assert_array_equal(np.asarray(attention_mask(2, 5, window=2))[0, 0], expected[3:])
+
+
+def test_sliding_window_layers_and_locality():
+  from models.decoder import layer_window
+  _, c = make_model("rope", sliding_window=4, global_every=2)
+  assert [layer_window(c.model, i) for i in range(4)] == [4, 0, 4, 0]
+  model, _ = make_model("rope", sliding_window=4, global_every=0, num_layers=1)
+  rng = np.random.default_rng(4)
+  tokens = jnp.asarray(rng.integers(0, 256, size=(1, 12)), jnp.int32)
+  pos, seg = jnp.arange(12)[None], jnp.ones((1, 12), jnp.int32)
+  changed = tokens.at[0, 0].set((tokens[0, 0] + 1) % 256)
+  a, b = np.asarray(model(tokens, pos, seg)), np.asarray(model(changed, pos, seg))
+  # One windowed layer: token 0 is out of reach from position 4 on.
+  np.testing.assert_allclose(a[0, 4:], b[0, 4:], rtol=0, atol=1e-6)
+  assert not np.allclose(a[0, :4], b[0, :4])
+
+
+def test_logn_scale_values():
+  from models.attention import logn_scale
+  got = np.asarray(logn_scale(jnp.array([[0, 1, 255, 1023]]), 256))
+  np.testing.assert_allclose(got[0], [0.0, np.log(2) / np.log(256), 1.0, np.log(1024) / np.log(256)],
+                             rtol=1e-6)
+  plain, _ = make_model("alibi")
+  scaled, _ = make_model("alibi", logn_scaling=True)
+  tokens = jnp.zeros((1, 8), jnp.int32).at[0, 3].set(7)
+  pos, seg = jnp.arange(8)[None], jnp.ones((1, 8), jnp.int32)
+  assert not np.allclose(np.asarray(plain(tokens, pos, seg)), np.asarray(scaled(tokens, pos, seg)))

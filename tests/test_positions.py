@@ -144,7 +144,7 @@ def test_learned_refuses_positions_beyond_table_unless_clamped():
   assert scheme.max_position == 32
   check_lengths([16, 32], scheme.max_position, "learned")
   with pytest.raises(ConfigError, match="max_len"):
-    check_lengths([64], scheme.max_position, "learned")
+    check_lengths([64], scheme.max_position, "learned", scheme.max_position_hint)
   clamped = positions.build(position_cfg("learned", clamp=True), DIMS, rngs=nnx.Rngs(0))
   assert clamped.max_position is None
   x = jnp.zeros((1, 3, 64))

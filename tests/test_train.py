@@ -13,6 +13,7 @@ import train
 from conftest import tiny_config
 from configs.validate import ConfigError
 from eval import run as eval_run
+from models import positions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -174,3 +175,21 @@ def test_learned_positions_skip_unrepresentable_lengths(text_corpus, tmp_path):
   assert rows[64]["nll"] is None and "clamp=True" in rows[64]["skipped"]
   with pytest.raises(ConfigError, match="exceeds the 32 positions"):
     eval_run.evaluate(str(tmp_path), length_multipliers=["4"])
+
+
+@pytest.mark.parametrize("kind", sorted(positions.REGISTRY))
+def test_every_scheme_trains_and_evaluates_at_4x(kind, text_corpus, tmp_path):
+  """20 steps lower the loss; evaluation at 4x train_len works (learned: documented skip)."""
+  c = tiny_config(text_corpus, kind)
+  c.train.num_steps = 20
+  c.eval.length_multipliers = (1.0, 4.0)
+  c.eval.max_tokens_per_length = 256
+  out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  curve = [l for _, l in losses(tmp_path)]
+  assert np.mean(curve[-3:]) < np.mean(curve[:3])
+  rows = {r["length"]: r for r in out["ppl_vs_length"]["rows"]}
+  assert rows[32]["nll"] is not None and np.isfinite(rows[32]["nll"])
+  if kind == "learned":
+    assert rows[128]["nll"] is None and "skipped" in rows[128]
+  else:
+    assert rows[128]["tokens"] > 0 and np.isfinite(rows[128]["nll"])

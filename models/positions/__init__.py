@@ -12,10 +12,16 @@ from flax import nnx
 from configs.validate import ConfigError
 from models.positions.alibi import ALiBi
 from models.positions.base import Dims, PositionalScheme
+from models.positions.cope import CoPE
+from models.positions.fire import FIRE
+from models.positions.kerple import KerpleLog, KerplePower
 from models.positions.learned import Learned
 from models.positions.none import NoPE
 from models.positions.rope import RoPE
+from models.positions.sandwich import Sandwich
 from models.positions.sinusoidal import Sinusoidal
+from models.positions.t5 import T5Bias
+from models.positions.xpos import XPos
 
 REGISTRY: dict[str, type[PositionalScheme]] = {
     "none": NoPE,
@@ -23,6 +29,13 @@ REGISTRY: dict[str, type[PositionalScheme]] = {
     "sinusoidal": Sinusoidal,
     "rope": RoPE,
     "alibi": ALiBi,
+    "t5": T5Bias,
+    "kerple_log": KerpleLog,
+    "kerple_power": KerplePower,
+    "fire": FIRE,
+    "sandwich": Sandwich,
+    "xpos": XPos,
+    "cope": CoPE,
 }
 
 

@@ -55,11 +55,13 @@ class PositionalScheme(nnx.Module):
   """Base class: every hook is the identity / no bias. Subclasses override what they use.
 
   Class attributes:
+    max_position_hint: what a user can change to evaluate beyond `max_position`.
     max_position: None if any position id works; else the number of distinct position ids the
       scheme can represent (evaluation beyond it is refused before compilation).
   """
 
   max_position: int | None = None
+  max_position_hint: str = ""  # how to evaluate longer, shown when a length is refused
 
   @classmethod
   def check_config(cls, cfg, dims: Dims) -> None:

@@ -22,6 +22,8 @@ def table_size(cfg, dims) -> int:
 class Learned(PositionalScheme):
   """`x + table[positions]`, table float [max_len, d_model] ("position", "embed")."""
 
+  max_position_hint = "set model.position.clamp=True or raise model.position.max_len"
+
   @classmethod
   def check_config(cls, cfg, dims):
     if not (cfg.max_len == -1 or (isinstance(cfg.max_len, int) and cfg.max_len >= dims.train_len)):

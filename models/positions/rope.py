@@ -8,6 +8,12 @@ Layout: "half split" (GPT-NeoX / Llama): feature i pairs with feature i + d_rot/
 RoPE (GPT-NeoX, GPT-J; "p-RoPE", Barbero et al. arXiv 2410.06205) rotates only the first
 `d_rot = 2 * floor(rotary_fraction * head_dim / 2)` features and leaves the rest bit-identical.
 Angles are computed in float32 whatever the compute dtype.
+
+Mixed RoPE (config `model.position`): `nope_every = N > 0` makes layers N-1, 2N-1, ... (0-based)
+NoPE layers that return q and k unrotated, as in Llama 4's interleaved NoPE layers and SWAN-GPT
+(arXiv 2504.08719). `rope_theta_per_layer` gives layer l its own base (one value
+per layer, exactly `model.num_layers` values; `()` = `rope_theta` everywhere; values of NoPE layers
+are validated but unused). With both off, every layer computes exactly what plain RoPE computes.
 """
 
 from __future__ import annotations
@@ -54,8 +60,23 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
   return jnp.concatenate([rotated, x[..., rot:]], axis=-1)
 
 
+def is_nope_layer(layer: int, nope_every: int) -> bool:
+  """True if 0-based `layer` applies no rotation: layers N-1, 2N-1, ... for nope_every = N > 0.
+
+  Interleaved NoPE as in SWAN-GPT (arXiv 2504.08719) and Llama 4; nope_every = 0 means none.
+  """
+  return nope_every > 0 and (layer + 1) % nope_every == 0
+
+
+def _is_number(x) -> bool:
+  return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
 class RoPE(PositionalScheme):
-  """Rotary embedding with `rope_theta` and `rotary_fraction` (config `model.position`)."""
+  """Rotary embedding (Su et al., arXiv 2104.09864) with `rope_theta` and `rotary_fraction`, and
+  optionally interleaved NoPE layers (`nope_every`; arXiv 2504.08719) and one base per layer
+  (`rope_theta_per_layer`), all from config `model.position`.
+  """
 
   @classmethod
   def check_config(cls, cfg, dims):
@@ -66,15 +87,49 @@ class RoPE(PositionalScheme):
                         f"pair of head_dim={dims.head_dim}")
     if not cfg.rope_theta > 1:
       raise ConfigError(f"model.position.rope_theta must be > 1; got {cfg.rope_theta}")
+    nope_every = cfg.get("nope_every", 0)
+    if not (isinstance(nope_every, (int, np.integer)) and not isinstance(nope_every, bool)
+            and nope_every >= 0):
+      raise ConfigError(f"model.position.nope_every must be an integer >= 0 (0 = no NoPE layer); "
+                        f"got {nope_every!r}")
+    thetas = cfg.get("rope_theta_per_layer", ())
+    if not isinstance(thetas, (tuple, list)):
+      raise ConfigError(f"model.position.rope_theta_per_layer must be a tuple of numbers > 1 "
+                        f"(or () for rope_theta everywhere); got {thetas!r}")
+    if thetas and len(thetas) != dims.num_layers:
+      raise ConfigError(f"model.position.rope_theta_per_layer needs exactly model.num_layers="
+                        f"{dims.num_layers} values (or () for rope_theta everywhere); "
+                        f"got {len(thetas)}")
+    for i, theta in enumerate(thetas):
+      if not (_is_number(theta) and theta > 1):
+        raise ConfigError(f"model.position.rope_theta_per_layer[{i}] must be a number > 1; "
+                          f"got {theta!r}")
 
   def __init__(self, cfg, dims, *, rngs):
-    """cfg: `model.position` (rope_theta, rotary_fraction); dims: see `Dims`."""
+    """cfg: `model.position` (rope_theta, rotary_fraction, nope_every, rope_theta_per_layer);
+    dims: see `Dims`."""
     del rngs
-    self.inv_freq = tuple(float(f) for f in rope_inv_freq(
-        rotary_dim(dims.head_dim, cfg.rotary_fraction), cfg.rope_theta))  # static, hashable
+    rot = rotary_dim(dims.head_dim, cfg.rotary_fraction)
+    # Static, hashable tuples of floats.
+    self.inv_freq = tuple(float(f) for f in rope_inv_freq(rot, cfg.rope_theta))
+    thetas = tuple(cfg.get("rope_theta_per_layer", ()) or ())
+    nope_every = int(cfg.get("nope_every", 0) or 0)
+    # Per layer: None (a NoPE layer) or its inverse frequencies; None overall = plain RoPE.
+    self.layer_inv_freq = None
+    if thetas or nope_every:
+      self.layer_inv_freq = tuple(
+          None if is_nope_layer(i, nope_every)
+          else tuple(float(f) for f in rope_inv_freq(rot, float(thetas[i]))) if thetas
+          else self.inv_freq
+          for i in range(dims.num_layers))
 
   def rotate(self, q, k, q_positions, k_positions, layer):
-    """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k)."""
-    del layer
-    inv_freq = jnp.asarray(self.inv_freq, jnp.float32)
+    """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k).
+
+    `layer` (static int, 0..num_layers-1) selects the layer's base; a NoPE layer returns q, k.
+    """
+    inv = self.inv_freq if self.layer_inv_freq is None else self.layer_inv_freq[layer]
+    if inv is None:
+      return q, k
+    inv_freq = jnp.asarray(inv, jnp.float32)
     return apply_rope(q, q_positions, inv_freq), apply_rope(k, k_positions, inv_freq)
