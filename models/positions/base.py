@@ -18,6 +18,8 @@ import dataclasses
 import jax
 from flax import nnx
 
+from configs.validate import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class Dims:
@@ -49,6 +51,12 @@ class Dims:
     return cls(num_heads=m.num_heads, head_dim=head_dim, d_model=m.d_model,
                num_layers=m.num_layers, train_len=config.data.train_len, init_std=m.init_std,
                param_dtype=m.param_dtype)
+
+
+def check_per_layer(cfg) -> None:
+  """Raises `ConfigError` unless `cfg.per_layer` (model.position.per_layer) is a bool."""
+  if not isinstance(cfg.per_layer, bool):
+    raise ConfigError(f"model.position.per_layer must be True or False; got {cfg.per_layer!r}")
 
 
 class PositionalScheme(nnx.Module):

@@ -41,7 +41,7 @@ import numpy as np
 from flax import nnx
 
 from configs.validate import ConfigError
-from models.positions.base import PositionalScheme
+from models.positions.base import PositionalScheme, check_per_layer
 
 
 def contextual_positions(gates: jax.Array, npos_max: int) -> jax.Array:
@@ -88,8 +88,7 @@ class CoPE(PositionalScheme):
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
       raise ConfigError(f"model.position.cope_npos_max must be an integer >= 2 (embedding rows for "
                         f"contextual positions 0..npos_max-1); got {n!r}")
-    if not isinstance(cfg.per_layer, bool):
-      raise ConfigError(f"model.position.per_layer must be True or False; got {cfg.per_layer!r}")
+    check_per_layer(cfg)
 
   def __init__(self, cfg, dims, *, rngs):
     """cfg: `model.position` (cope_npos_max, per_layer); dims: see `Dims`."""

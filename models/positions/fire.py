@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from configs.validate import ConfigError
-from models.positions.base import PositionalScheme
+from models.positions.base import PositionalScheme, check_per_layer
 
 FIRE_EPS = 1e-6  # added to the normaliser psi(max(L, i)), as in the paper's listing.
 
@@ -132,8 +132,7 @@ class FIRE(PositionalScheme):
     if not _positive_number(cfg.fire_init_threshold):
       raise ConfigError(f"model.position.fire_init_threshold must be a finite number > 0 "
                         f"(tokens); got {cfg.fire_init_threshold!r}")
-    if not isinstance(cfg.per_layer, bool):
-      raise ConfigError(f"model.position.per_layer must be True or False; got {cfg.per_layer!r}")
+    check_per_layer(cfg)
 
   def __init__(self, cfg, dims, *, rngs):
     """cfg: `model.position` (fire_mlp_width, fire_init_c, fire_init_threshold, per_layer);

@@ -39,8 +39,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from configs.validate import ConfigError
-from models.positions.base import PositionalScheme
+from models.positions.base import PositionalScheme, check_per_layer
 
 EPS = 1e-2  # lower bound of every KERPLE parameter (the released code's `self.eps`).
 MAX_POWER = 2.0  # upper bound of the power variant's exponent r2 (CPD for 0 < r2 <= 2).
@@ -98,13 +97,12 @@ class _Kerple(PositionalScheme):
   """Shared parts: parameters r1, r2 [heads] (one pair, or one per layer) and their clamping."""
 
   # Set by subclasses: maxval of the U(0, maxval) init of r1 and of r2; upper bound of r2 (None:
-  # unbounded). Lower bounds are EPS.
+  # unbounded; lower bounds are EPS); `kernel(distance, r1, r2)`, the bias function.
   R1_INIT, R2_INIT, R2_MAX = 1.0, 1.0, None
 
   @classmethod
   def check_config(cls, cfg, dims):
-    if not isinstance(cfg.per_layer, bool):
-      raise ConfigError(f"model.position.per_layer must be True or False; got {cfg.per_layer!r}")
+    check_per_layer(cfg)
 
   def __init__(self, cfg, dims, *, rngs):
     """cfg: `model.position` (per_layer); dims: see `Dims`."""
@@ -123,6 +121,12 @@ class _Kerple(PositionalScheme):
     self.r1 = params(self.R1_INIT, None)
     self.r2 = params(self.R2_INIT, self.R2_MAX)
 
+  def bias(self, q_positions, k_positions, layer, **unused):
+    """q_positions: int32 [b, q_len], k_positions: int32 [b, k_len] -> float32 [b, H, q, k]."""
+    del unused
+    r1, r2 = self.constrained(layer)
+    return self.kernel(_distance(q_positions, k_positions), r1, r2)
+
   def constrained(self, layer: int) -> tuple[jax.Array, jax.Array]:
     """(r1, r2) used by `layer`: float32 [heads] each, clamped (straight-through) to the bounds."""
     r1 = self.r1[layer] if self.per_layer else self.r1
@@ -139,12 +143,7 @@ class KerpleLog(_Kerple):
   """
 
   R1_INIT, R2_INIT, R2_MAX = 2.0, 1.0, None
-
-  def bias(self, q_positions, k_positions, layer, **unused):
-    """q_positions: int32 [b, q_len], k_positions: int32 [b, k_len] -> float32 [b, H, q, k]."""
-    del unused
-    r1, r2 = self.constrained(layer)
-    return kerple_log_bias(_distance(q_positions, k_positions), r1, r2)
+  kernel = staticmethod(kerple_log_bias)
 
 
 class KerplePower(_Kerple):
@@ -155,9 +154,4 @@ class KerplePower(_Kerple):
   """
 
   R1_INIT, R2_INIT, R2_MAX = 1.0, 2.0, MAX_POWER
-
-  def bias(self, q_positions, k_positions, layer, **unused):
-    """q_positions: int32 [b, q_len], k_positions: int32 [b, k_len] -> float32 [b, H, q, k]."""
-    del unused
-    r1, r2 = self.constrained(layer)
-    return kerple_power_bias(_distance(q_positions, k_positions), r1, r2)
+  kernel = staticmethod(kerple_power_bias)

@@ -34,7 +34,7 @@ import numpy as np
 from flax import nnx
 
 from configs.validate import ConfigError
-from models.positions.base import PositionalScheme
+from models.positions.base import PositionalScheme, check_per_layer
 
 
 def _check_bucket_args(num_buckets: int, max_distance: int) -> None:
@@ -112,8 +112,7 @@ class T5Bias(PositionalScheme):
     if not (isinstance(md, int) and not isinstance(md, bool) and md > nb // 2):
       raise ConfigError(f"model.position.max_distance must be an integer > num_buckets / 2 = "
                         f"{nb // 2} (tokens); got {md!r}")
-    if not isinstance(cfg.per_layer, bool):
-      raise ConfigError(f"model.position.per_layer must be True or False; got {cfg.per_layer!r}")
+    check_per_layer(cfg)
 
   def __init__(self, cfg, dims, *, rngs):
     """cfg: `model.position` (num_buckets, max_distance, per_layer); dims: see `Dims`."""
