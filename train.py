@@ -263,6 +263,28 @@ def restore_params(workdir: str, config, spec: ModelSpec, step: int | None = Non
 # ---------------------------------------------------------------------------- the run
 
 
+def check_same_model(workdir: str, config) -> None:
+  """Refuses to resume a workdir whose run had another model or data layout.
+
+  Raises:
+    ConfigError: `workdir/config.json` exists and its `model` section, `data.train_len` or
+      `data.tokenizer` differ from `config`'s (the checkpoint could not be restored); names the
+      first differing field.
+  """
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    old = json.load(f)["config"]
+  new = json.loads(config.to_json())
+  pairs = [(f"model.{k}", old["model"].get(k), v) for k, v in new["model"].items()]
+  pairs += [(f"data.{k}", old["data"].get(k), new["data"][k]) for k in ("train_len", "tokenizer")]
+  for field, was, now in pairs:
+    if was != now:
+      raise ConfigError(f"--workdir={workdir} holds a run with {field}={was!r}, not {now!r}; "
+                        "use a new --workdir (or the old value) to resume")
+
+
 def truncate_metrics(path: str, step: int) -> None:
   """Drops metrics.jsonl lines logged after `step` (they are recomputed after a resume)."""
   if not os.path.exists(path):
@@ -337,6 +359,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   skip, reason = skipped_lengths(config, spec)
   if skip:
     print(f"warning: eval lengths {skip} will be skipped: {reason}")
+  check_same_model(workdir, config)
   tx = make_optimizer(config.train)
   t = config.train
   is_chief = jax.process_index() == 0
@@ -346,7 +369,6 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                 "num_devices": len(devices), "eval_lengths": eval_lengths(config),
                 "split_documents": {k: [d.name for d in v] for k, v in docs.items()}}
     write_json(os.path.join(workdir, "config.json"), resolved)
-  if is_chief:
     print(f"model: {spec.num_params:,} parameters, scheme {config.model.position.kind!r}, "
           f"mesh {dict(mesh.shape)}, data: {len(docs['train'])} train / "
           f"{len(docs['validation'])} validation / {len(docs['test'])} test documents")

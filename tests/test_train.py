@@ -98,11 +98,17 @@ def test_checkpoint_of_another_shape_is_refused(text_corpus, tmp_path):
   c.train.num_steps = 2
   c.eval.length_multipliers = (1.0,)
   train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  before = open(tmp_path / "config.json").read()
   other = tiny_config(text_corpus)
   other.model.d_model = 32
   mesh = train.sharding.make_mesh(other.mesh, jax.devices()[:1])
   with pytest.raises(ConfigError, match="does not match"):
     train.restore_params(str(tmp_path), other, train.model_spec(other, mesh))
+  # Resuming training with another model shape is refused before anything is written.
+  other.train.num_steps = 4
+  with pytest.raises(ConfigError, match="model.d_model=64, not 32"):
+    train.train_and_evaluate(other, str(tmp_path), devices=jax.devices()[:1])
+  assert open(tmp_path / "config.json").read() == before
 
 
 def run_cli(args, tmp_path):
