@@ -33,6 +33,7 @@ from flax import nnx
 from ml_collections import config_flags
 from tqdm import tqdm
 
+from configs import base as base_config
 from configs.validate import ConfigError, eval_lengths, validate
 from data import corpora, pipeline, position_samplers
 from data.tokenizers import get_tokenizer
@@ -263,6 +264,34 @@ def restore_params(workdir: str, config, spec: ModelSpec, step: int | None = Non
 # ---------------------------------------------------------------------------- the run
 
 
+def load_run_config(workdir: str):
+  """The config a training run wrote to `<workdir>/config.json`, on top of today's defaults.
+
+  Fields added to configs/base.py since the run was trained keep their defaults, so old runs
+  stay loadable; JSON lists become the config's tuples again.
+
+  Raises:
+    ConfigError: workdir or its config.json is missing or unreadable.
+  """
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise ConfigError(f"--workdir={workdir} has no config.json (is it a training run's workdir?)")
+  try:
+    with open(path) as f:
+      stored = json.load(f)["config"]
+  except (json.JSONDecodeError, KeyError) as e:
+    raise ConfigError(f"{path} is not a config written by train.py: {e}") from e
+
+  def as_tuples(x):
+    if isinstance(x, dict):
+      return {k: as_tuples(v) for k, v in x.items()}
+    return tuple(as_tuples(v) for v in x) if isinstance(x, list) else x
+
+  config = base_config.get_config()
+  config.update(as_tuples(stored))
+  return config
+
+
 def check_same_model(workdir: str, config) -> None:
   """Refuses to resume a workdir whose run had another model or data layout.
 
@@ -271,11 +300,9 @@ def check_same_model(workdir: str, config) -> None:
       `data.tokenizer` differ from `config`'s (the checkpoint could not be restored); names the
       first differing field.
   """
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
+  if not os.path.exists(os.path.join(workdir, "config.json")):
     return
-  with open(path) as f:
-    old = json.load(f)["config"]
+  old = json.loads(load_run_config(workdir).to_json())
   new = json.loads(config.to_json())
   pairs = [(f"model.{k}", old["model"].get(k), v) for k, v in new["model"].items()]
   pairs += [(f"data.{k}", old["data"].get(k), new["data"][k]) for k in ("train_len", "tokenizer")]
@@ -304,31 +331,61 @@ def skipped_lengths(config, spec: ModelSpec) -> tuple[list[int], str]:
 
 
 def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int, docs,
-                 tokenizer, extra: dict | None = None) -> dict:
-  """Runs perplexity vs length and writes workdir/eval/ppl_vs_length.{json,png}.
+                 tokenizer, extra: dict | None = None, suffix: str = "") -> dict:
+  """Runs perplexity vs length and writes workdir/eval/ppl_vs_length.{json,png} and, from the
+  same forward passes, workdir/eval/loss_by_position.{json,png}.
 
-  Lengths the scheme cannot represent are recorded as skipped (see `skipped_lengths`).
+  The protocol is `eval.protocol` / `eval.stride` (eval/perplexity.py; Press et al., arXiv
+  2108.12409, Section 4). Lengths the scheme cannot represent are recorded as skipped (see
+  `skipped_lengths`). `suffix` is appended to the file names (e.g. "_yarn_x4" for an eval-time
+  extension), so results of several extensions sit side by side.
+
+  Returns:
+    The ppl_vs_length result dict (as written to the JSON).
+
+  Raises:
+    ConfigError: bad eval.protocol / eval.stride, before compilation.
   """
+  e = config.eval
+  protocol = e.get("protocol", "non_overlapping")  # absent in configs written before the field
+  stride = e.get("stride", 0)
+  position_bins = e.get("position_bins", 32)
   lengths = eval_lengths(config)
   skip, reason = skipped_lengths(config, spec)
   nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
+  split_docs = docs[e.split]
   rows = perplexity.ppl_vs_length(
-      nll_fn, params, docs[config.eval.split], tokenizer, lengths,
-      max_tokens_per_length=config.eval.max_tokens_per_length,
-      batch_tokens=config.eval.batch_tokens, mesh=mesh, skip=skip, skip_reason=reason)
+      nll_fn, params, split_docs, tokenizer, lengths,
+      max_tokens_per_length=e.max_tokens_per_length, batch_tokens=e.batch_tokens, mesh=mesh,
+      skip=skip, skip_reason=reason, protocol=protocol, stride=stride, position_bins=position_bins)
+  by_position = []
   for row in rows:
     row["multiplier"] = row["length"] / config.data.train_len
-  result = {
-      "suite": "ppl_vs_length", "protocol": "non_overlapping_from_document_start",
+    by_position.append({k: row[k] for k in ("length", "multiplier", "stride", "tokens", "nll")}
+                       | {"bins": row.pop("loss_by_position")})
+  common = {
+      "protocol": protocol, "stride": stride, "windows_start": "document_start",
       "scheme": config.model.position.kind, "step": int(step), "config_hash": config_hash(config),
-      "train_len": config.data.train_len, "split": config.eval.split,
-      "documents": len(docs[config.eval.split]), "unit": "nats per byte token",
+      "extension": config.eval.extension, "extension_factor": config.eval.factor,
+      "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
+      "max_tokens_per_length": e.max_tokens_per_length,
+      "tokens_scored": sum(r["tokens"] for r in rows), "unit": "nats per byte token"}
+  result = {
+      "suite": "ppl_vs_length", **common,
       "unigram_entropy_nats": perplexity.unigram_entropy(
           [d for split in docs.values() for d in split]),
       "rows": rows, **(extra or {})}
+  positions = {
+      "suite": "loss_by_position", **common, "position_bins": position_bins,
+      "binning": "position 0 alone, then log-spaced (perplexity.position_bin_edges); "
+                 "end exclusive; a token at position p has p + 1 tokens of context",
+      "rows": by_position}
   if jax.process_index() == 0:
-    write_json(os.path.join(workdir, "eval", "ppl_vs_length.json"), result)
-    plots.plot_ppl_vs_length(result, os.path.join(workdir, "eval", "ppl_vs_length.png"))
+    out = os.path.join(workdir, "eval")
+    write_json(os.path.join(out, f"ppl_vs_length{suffix}.json"), result)
+    plots.plot_ppl_vs_length(result, os.path.join(out, f"ppl_vs_length{suffix}.png"))
+    write_json(os.path.join(out, f"loss_by_position{suffix}.json"), positions)
+    plots.plot_loss_by_position(positions, os.path.join(out, f"loss_by_position{suffix}.png"))
   return result
 
 

@@ -69,6 +69,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.position.cope_npos_max = 64  # cope: contextual positions represented (embedding rows).
   c.model.position.nope_every = 0  # rope/xpos: layers N-1, 2N-1, ... use no rotation; 0 = none.
   c.model.position.rope_theta_per_layer = ()  # rope: one rope_theta per layer; () = rope_theta everywhere.
+  c.model.position.rope_scaling = "none"  # rope: "none"|"pi"|"ntk"|"dynamic_ntk"|"yarn"|"abf" (models/rope_scaling.py).
+  c.model.position.rope_scaling_factor = 1.0  # rope: factor s >= 1 of pi/ntk/yarn (e.g. eval_len / train_len).
+  c.model.position.rope_scaling_train_len = -1  # rope: context L of dynamic_ntk/yarn, tokens; -1 = data.train_len.
+  c.model.position.yarn_alpha = 1.0  # yarn: pairs with < alpha rotations over L are divided by s.
+  c.model.position.yarn_beta = 32.0  # yarn: pairs with > beta rotations over L keep their frequency.
+  c.model.position.abf_theta = 500000.0  # rope, abf: the base that replaces rope_theta (Xiong et al.).
+  c.model.position.alibi_interpolation = False  # alibi: slopes times L/n for a query seeing n > L keys.
 
   # ---------------------------------------------------------------- optimisation
   c.train = ml_collections.ConfigDict()
@@ -101,4 +108,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.length_multipliers = (0.5, 1.0, 2.0, 4.0, 8.0)  # eval lengths, multiples of train_len.
   c.eval.max_tokens_per_length = 65536  # tokens scored per length (document prefixes); 0 = all.
   c.eval.batch_tokens = 16384  # tokens per forward batch (bounds eval memory).
+  c.eval.extension = "none"  # eval-time extension (python -m eval.run): none | pi | ntk | dynamic_ntk
+                             # | yarn | abf (rope) | alibi_interpolation (alibi); models/rope_scaling.py.
+  c.eval.factor = 1.0  # scale factor s of pi / ntk / yarn (e.g. eval length / train_len).
+  c.eval.protocol = "non_overlapping"  # "non_overlapping" | "sliding" (Press et al., arXiv 2108.12409 Sec. 4).
+  c.eval.stride = 0  # sliding: window advance, tokens, <= every eval length; 0 = length // 2; 1 = the paper's.
+  c.eval.position_bins = 32  # loss by position: at most this many log-spaced position bins; 0 = one per position.
   return c

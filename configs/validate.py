@@ -19,6 +19,7 @@ DTYPES = ("float32", "bfloat16")
 ACTIVATIONS = ("gelu", "swiglu")
 ATTENTION_IMPLS = ("xla",)
 EVAL_SPLITS = ("validation", "test")
+EVAL_PROTOCOLS = ("non_overlapping", "sliding")  # eval/perplexity.py PROTOCOLS
 
 
 def _positive_int(config, path: str) -> None:
@@ -87,6 +88,8 @@ def validate(config, num_devices: int) -> None:
   _choice(m.param_dtype, "model.param_dtype", DTYPES)
   _choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
   _choice(config.eval.split, "eval.split", EVAL_SPLITS)
+  from models.rope_scaling import EXTENSIONS
+  _choice(config.eval.extension, "eval.extension", EXTENSIONS)
   from data.tokenizers import get_tokenizer
   vocab = get_tokenizer(config.data.tokenizer).vocab_size
   if m.vocab_size < vocab:
@@ -121,6 +124,17 @@ def validate(config, num_devices: int) -> None:
   if not config.eval.length_multipliers or any(x <= 0 for x in config.eval.length_multipliers):
     raise ConfigError(f"eval.length_multipliers must be a non-empty list of numbers > 0; "
                       f"got {config.eval.length_multipliers}")
+  e = config.eval  # .get: configs written before these fields existed (eval.run) still load
+  _choice(e.get("protocol", "non_overlapping"), "eval.protocol", EVAL_PROTOCOLS)
+  for field in ("stride", "position_bins"):
+    value = e.get(field, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+      raise ConfigError(f"eval.{field} must be an integer >= 0 (stride 0 = length // 2, "
+                        f"position_bins 0 = one bin per position); got {value!r}")
+  if e.get("protocol") == "sliding" and e.get("stride", 0) > min(eval_lengths(config)):
+    raise ConfigError(f"eval.stride={e.stride} exceeds the shortest evaluation length "
+                      f"{min(eval_lengths(config))} tokens (windows would skip tokens); use a stride "
+                      "<= every length, or 0 (= length // 2)")
   _positive_int(config, "train.grad_accum_steps")
   data, fsdp, _ = mesh_shape(config.mesh, num_devices)
   micro = config.data.batch_size // t.grad_accum_steps

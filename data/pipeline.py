@@ -155,3 +155,77 @@ def document_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, length:
       "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (len(rows), length)).copy(),
       "segment_ids": np.ones((len(rows), length), np.int32),
   }
+
+
+def sliding_document_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, length: int,
+                             stride: int, max_tokens_per_doc: int | None = None
+                             ) -> dict[str, np.ndarray]:
+  """Overlapping (sliding) evaluation windows from each document start, with per-token weights.
+
+  The sliding-window evaluation of Press et al. (ALiBi, arXiv 2108.12409, Section 4 and their
+  appendix on sliding window evaluation): window w of a document (BOS + bytes) holds tokens
+  w*stride .. w*stride + length (length + 1 tokens: inputs and shifted targets). The first window
+  scores all `length` targets; every later window scores only its last `stride` targets (the
+  ones no earlier window scored), so each scored target is scored exactly once and with the most
+  context the window allows: the target at document index t (BOS = index 0) sees all t tokens
+  before it when t <= L, else the L - S + 1 + ((t - L - 1) mod S) tokens before it. Windows stop
+  at the last one that fits in the document: the final stretch of fewer than `stride` targets
+  after it is not scored (as the partial final window of `document_windows` is dropped), so
+  `stride == length` gives exactly `document_windows`, and a document with fewer than `length`
+  targets gives no window. Each document contributes `length + (n - 1) * stride` scored targets for its n windows.
+
+  With `max_tokens_per_doc` (scored targets per document), only the first
+  n = 1 + ceil(max(0, max_tokens_per_doc - length) / stride) windows of each document are kept
+  (the fewest that score at least that many targets; none when it is <= 0), so every length scores
+  the same document prefixes up to rounding to whole strides.
+
+  Memory: about 12 bytes per window token on the host (inputs, targets, weights;
+  positions and segment_ids are read-only broadcast views), i.e. ~12 * length * tokens / stride.
+
+  Args:
+    docs: documents (bytes).
+    tokenizer: the byte tokenizer (BOS is prepended to every document).
+    length: window length L, tokens (>= 1).
+    stride: window advance S, tokens (1 <= S <= L).
+    max_tokens_per_doc: scored targets per document (None = all windows).
+
+  Returns:
+    dict of [num_windows, length] arrays: int32 inputs, targets, positions (0..L-1), segment_ids
+    (all 1), and float32 weights (1 for scored targets, 0 for targets an earlier window of the
+    same document scored). Empty ([0, length]) when no document has `length` targets.
+
+  Raises:
+    ValueError: length < 1, or stride outside [1, length].
+  """
+  if not isinstance(length, (int, np.integer)) or length < 1:
+    raise ValueError(f"window length must be a positive integer; got {length!r}")
+  if not isinstance(stride, (int, np.integer)) or not 1 <= stride <= length:
+    raise ValueError(f"stride must be an integer in [1, length={length}]; got {stride!r}")
+  rows, first_scored = [], []
+  for doc in docs:
+    ids = np.concatenate([[tokenizer.bos_id], tokenizer.encode(doc.data)]).astype(np.int32)
+    num_targets = len(ids) - 1
+    if num_targets < length:
+      continue
+    n = (num_targets - length) // stride + 1
+    if max_tokens_per_doc is not None:
+      n = min(n, 0 if max_tokens_per_doc <= 0
+              else 1 + max(0, -(-(max_tokens_per_doc - length) // stride)))
+    if n == 0:
+      continue
+    rows.append(np.lib.stride_tricks.sliding_window_view(ids, length + 1)[np.arange(n) * stride])
+    first_scored.append(np.r_[0, np.full(n - 1, length - stride)])
+  if not rows:
+    empty = np.zeros((0, length), np.int32)
+    return {"inputs": empty, "targets": empty, "positions": empty, "segment_ids": empty,
+            "weights": np.zeros((0, length), np.float32)}
+  windows = np.concatenate(rows)
+  first = np.concatenate(first_scored)
+  num = len(windows)
+  return {
+      "inputs": windows[:, :-1],
+      "targets": windows[:, 1:],
+      "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (num, length)),
+      "segment_ids": np.broadcast_to(np.int32(1), (num, length)),
+      "weights": (np.arange(length)[None, :] >= first[:, None]).astype(np.float32),
+  }

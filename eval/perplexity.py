@@ -1,15 +1,43 @@
-"""Perplexity vs length on held-out documents (non-overlapping windows from document starts).
+"""Perplexity vs length, and loss by token position, on held-out documents.
 
-Protocol (the "nonoverlapping" evaluation of Press et al., arXiv 2108.12409, Section 4): each
-held-out document (BOS + bytes) is cut into windows of L + 1 tokens starting at its BOS; every
-window is scored independently with positions 0..L-1 (partial final windows are dropped, so each
-scored token has the context the window allows). The NLL is averaged over scored tokens
-(token-weighted across documents). With the byte tokenizer one token is one byte, so the mean NLL
-is in nats per byte and bits per byte = NLL / ln 2.
+Every held-out document (BOS + bytes) is evaluated on its own, from its BOS: windows never cross
+documents, and positions run 0..L-1 in every window of length L. Two protocols
+(`eval.protocol`):
+
+  non_overlapping  The "nonoverlapping" evaluation of Press et al. (ALiBi, arXiv 2108.12409,
+                   Section 4): the document is cut into windows of L + 1 tokens side by side and
+                   every window scores all its L targets, so a token's context ranges from 1 to L
+                   tokens depending on where it falls in its window.
+  sliding          Their sliding-window evaluation (same paper, Section 4 and the appendix on
+                   sliding window evaluation): windows of L tokens advance by the stride S
+                   (`eval.stride`; 0 = L // 2; S = 1 is the paper's protocol, L times the compute
+                   of non_overlapping): the first window scores all L targets, each later window
+                   only its last S (the ones not scored before). Every target of the document
+                   prefix is scored exactly once, with the most context the window allows (at
+                   least L - S + 1 tokens after the first window). S = L is non_overlapping.
+
+Final partial stretch: windows stop at the last one that fits inside the document. With
+non_overlapping, the final partial window (fewer than L targets) is dropped; with sliding, the
+final stretch of fewer than S targets after the last full window is not scored. So every scored
+token has a full window, S = L reproduces non_overlapping exactly, and a document with fewer than
+L targets (L + 1 tokens with BOS) contributes nothing at length L.
+
+Budget: `eval.max_tokens_per_length` scored targets per length, split evenly over the documents
+(ceil(budget / documents) each) and taken from their starts; each document scores whole windows
+(non_overlapping) or whole strides (sliding) up to the first count >= its share.
+
+Both protocols score with per-token weights (windows["weights"], float32, 0 = not scored; all
+ones when absent), in one jitted pass that returns per-position sums: the NLL is averaged over
+scored tokens (token-weighted across documents), and the same pass gives the loss by token
+position (the position index 0..L-1 within the window, i.e. position + 1 context tokens), which
+is reported in log-spaced bins (`position_bin_edges`). With sliding and S < L, positions below
+L - S are scored only in each document's first window. With the byte tokenizer one token is one
+byte, so the mean NLL is in nats per byte and bits per byte = NLL / ln 2.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, Sequence
 
@@ -21,11 +49,12 @@ from tqdm import tqdm
 
 from configs.validate import ConfigError
 from data.corpora import Document
-from data.pipeline import document_windows
+from data.pipeline import document_windows, sliding_document_windows
 from data.tokenizers import ByteTokenizer
 from models.sharding import BATCH, batch_sharding, replicated
 
 FIELDS = ("inputs", "targets", "positions", "segment_ids")
+PROTOCOLS = ("non_overlapping", "sliding")
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -43,16 +72,26 @@ def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 def make_nll_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
-  """Compiles `(params, batch) -> (sum of NLL in nats, number of scored tokens)`.
+  """Compiles `(params, batch) -> (NLL sum per position, scored tokens per position)`.
 
-  `batch` holds int32 [batch, seq] `inputs`, `targets`, `positions`, `segment_ids` and float32
-  `weights` (0 for padding rows); the batch axis is sharded over ("data", "fsdp").
+  One forward pass gives both the perplexity (sum over positions) and the loss by position.
+
+  Args:
+    graphdef: the Decoder's NNX graph definition.
+    mesh: device mesh; the batch axis is sharded over ("data", "fsdp").
+
+  Returns:
+    A jitted function of (params pure dict, batch), where `batch` holds int32 [batch, seq]
+    `inputs`, `targets`, `positions`, `segment_ids` and float32 [batch, seq] `weights` (0 for
+    tokens not scored and padding rows), returning two replicated float32 [seq] arrays: the
+    weighted NLL summed over the batch at each window position (nats) and the weights summed
+    at each position (tokens).
   """
   def nll(params, batch):
     model = nnx.merge(graphdef, params)
     logits = model(batch["inputs"], batch["positions"], batch["segment_ids"])
-    per_token = token_nll(logits, batch["targets"]) * batch["weights"]
-    return per_token.sum(), batch["weights"].sum()
+    per_token = token_nll(logits.astype(jnp.float32), batch["targets"]) * batch["weights"]
+    return per_token.sum(axis=0), batch["weights"].sum(axis=0)
 
   return jax.jit(nll, out_shardings=(replicated(mesh), replicated(mesh)))
 
@@ -62,26 +101,54 @@ def batch_parallelism(mesh) -> int:
   return math.prod(mesh.shape[a] for a in BATCH)
 
 
-def score_windows(nll_fn: Callable, params, windows: dict[str, np.ndarray], *, batch_size: int,
-                  mesh, desc: str | None = None) -> tuple[float, int]:
-  """Sums the NLL over all windows, in batches (padding rows get weight 0).
+@dataclasses.dataclass(frozen=True)
+class WindowScores:
+  """NLL sums of one scoring pass over windows of length L.
+
+  Attributes:
+    position_nll: float64 [L], NLL summed at each window position, nats.
+    position_tokens: int64 [L], tokens scored at each window position.
+  """
+
+  position_nll: np.ndarray
+  position_tokens: np.ndarray
+
+  @property
+  def nll_sum(self) -> float:
+    """Total NLL, nats (float64 sum of `position_nll`)."""
+    return float(self.position_nll.sum())
+
+  @property
+  def tokens(self) -> int:
+    """Total tokens scored."""
+    return int(self.position_tokens.sum())
+
+
+def score_windows_by_position(nll_fn: Callable, params, windows: dict[str, np.ndarray], *,
+                              batch_size: int, mesh, desc: str | None = None) -> WindowScores:
+  """Scores all windows in batches and sums the NLL per window position (one forward pass each).
 
   Args:
     nll_fn: from `make_nll_fn`.
     params: the model's parameter pure dict.
-    windows: dict of int32 [num_windows, length] arrays (see data.pipeline.document_windows).
+    windows: dict of [num_windows, length] arrays: int32 inputs, targets, positions,
+      segment_ids, and optionally float32 weights (0 = not scored; default all ones), as made
+      by data.pipeline.document_windows / sliding_document_windows.
     batch_size: windows per forward pass; rounded up to a multiple of the batch parallelism.
+      Padding rows get weight 0.
     mesh: device mesh.
     desc: tqdm label; None hides the progress bar.
 
   Returns:
-    (sum of NLL in nats, tokens scored).
+    WindowScores with float64 [length] NLL sums (nats) and int64 [length] token counts.
   """
   n, length = windows["inputs"].shape
   par = batch_parallelism(mesh)
   batch_size = -(-max(1, batch_size) // par) * par
   sharding = batch_sharding(mesh)
-  total, count = 0.0, 0
+  position_nll = np.zeros(length, np.float64)
+  position_tokens = np.zeros(length, np.int64)
+  given = windows.get("weights")
   for lo in tqdm(range(0, n, batch_size), desc=desc, disable=desc is None, leave=False):
     rows = min(batch_size, n - lo)
     batch = {}
@@ -90,13 +157,25 @@ def score_windows(nll_fn: Callable, params, windows: dict[str, np.ndarray], *, b
       arr[:rows] = windows[key][lo:lo + rows]
       batch[key] = arr
     weights = np.zeros((batch_size, length), np.float32)
-    weights[:rows] = 1.0
+    weights[:rows] = 1.0 if given is None else given[lo:lo + rows]
     batch["weights"] = weights
     batch = {k: jax.device_put(v, sharding) for k, v in batch.items()}
     s, c = nll_fn(params, batch)
-    total += float(s)
-    count += int(round(float(c)))
-  return total, count
+    position_nll += np.asarray(s, np.float64)
+    position_tokens += np.rint(np.asarray(c)).astype(np.int64)
+  return WindowScores(position_nll, position_tokens)
+
+
+def score_windows(nll_fn: Callable, params, windows: dict[str, np.ndarray], *, batch_size: int,
+                  mesh, desc: str | None = None) -> tuple[float, int]:
+  """Sums the NLL over all scored tokens of all windows (see `score_windows_by_position`).
+
+  Returns:
+    (sum of NLL in nats, tokens scored).
+  """
+  scores = score_windows_by_position(nll_fn, params, windows, batch_size=batch_size, mesh=mesh,
+                                     desc=desc)
+  return scores.nll_sum, scores.tokens
 
 
 def check_lengths(lengths: Sequence[int], max_position: int | None, kind: str,
@@ -120,46 +199,178 @@ def unrepresentable(lengths: Sequence[int], max_position: int | None) -> list[in
   return [] if max_position is None else [L for L in lengths if L > max_position]
 
 
+def resolve_stride(length: int, protocol: str, stride: int) -> int:
+  """The window advance, tokens, that `protocol` uses at evaluation length `length`.
+
+  Args:
+    length: evaluation length L, tokens.
+    protocol: "non_overlapping" (always L) | "sliding" (Press et al., arXiv 2108.12409).
+    stride: `eval.stride`, tokens; 0 = L // 2 (at least 1). Ignored by non_overlapping.
+
+  Returns:
+    S in [1, L].
+
+  Raises:
+    ConfigError: unknown protocol (names eval.protocol), or a sliding stride that is not an
+      integer in [0, L] (names eval.stride).
+  """
+  if protocol not in PROTOCOLS:
+    raise ConfigError(f"eval.protocol={protocol!r} is not supported; choose one of {list(PROTOCOLS)}")
+  if protocol == "non_overlapping":
+    return int(length)
+  if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or not 0 <= stride <= length:
+    raise ConfigError(f"eval.stride must be an integer in [0, {length}] (the evaluation length; "
+                      f"0 = length // 2) for eval.protocol='sliding'; got {stride!r}")
+  return int(stride) if stride else max(1, length // 2)
+
+
+def evaluation_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, length: int, *,
+                       protocol: str = "non_overlapping", stride: int = 0,
+                       max_tokens_per_doc: int | None = None) -> dict[str, np.ndarray]:
+  """The windows (with per-token weights) of `protocol` at length `length` (module docstring).
+
+  Args:
+    docs: held-out documents.
+    tokenizer: the byte tokenizer.
+    length: evaluation length L, tokens.
+    protocol: "non_overlapping" | "sliding" (Press et al., arXiv 2108.12409, Section 4).
+    stride: sliding window advance, tokens (0 = L // 2).
+    max_tokens_per_doc: scored targets per document, rounded up to whole windows / strides
+      (None = all).
+
+  Returns:
+    dict of [num_windows, L] arrays: int32 inputs, targets, positions, segment_ids and float32
+    weights (0 = not scored).
+
+  Raises:
+    ConfigError: bad protocol or stride (see `resolve_stride`).
+  """
+  step = resolve_stride(length, protocol, stride)
+  if protocol == "sliding":
+    return sliding_document_windows(docs, tokenizer, length, step, max_tokens_per_doc)
+  windows = document_windows(docs, tokenizer, length, max_tokens_per_doc)
+  windows["weights"] = np.ones(windows["inputs"].shape, np.float32)
+  return windows
+
+
+def position_bin_edges(length: int, num_bins: int) -> np.ndarray:
+  """Bin edges over window positions 0..length-1 for the loss by position.
+
+  Position 0 is a bin of its own; positions 1..length-1 are split at round(length ** (k / (B-1)))
+  for k = 0..B-1 (log-spaced: the loss changes fastest with the first tokens of context), with
+  duplicate edges removed, so short lengths get fewer, one-position bins.
+
+  Args:
+    length: window length L, tokens (>= 1).
+    num_bins: B, at most this many bins; 0 = one bin per position.
+
+  Returns:
+    int64 [num_edges] strictly increasing edges, first 0 and last L; bin i covers positions
+    edges[i] .. edges[i + 1] - 1.
+
+  Raises:
+    ValueError: length < 1 or num_bins < 0.
+  """
+  if length < 1 or num_bins < 0:
+    raise ValueError(f"need length >= 1 and num_bins >= 0; got {length}, {num_bins}")
+  if num_bins == 0 or num_bins >= length:
+    return np.arange(length + 1, dtype=np.int64)
+  if num_bins == 1:
+    return np.array([0, length], np.int64)
+  inner = np.rint(np.geomspace(1, length, max(2, num_bins))).astype(np.int64)
+  return np.unique(np.concatenate([[0], inner, [length]]))
+
+
+def loss_by_position(scores: WindowScores, num_bins: int) -> list[dict]:
+  """Mean NLL per bin of window positions (see `position_bin_edges`).
+
+  Args:
+    scores: per-position sums of one pass (`score_windows_by_position`), length L.
+    num_bins: at most this many log-spaced bins; 0 = one per position.
+
+  Returns:
+    One dict per bin: start, end (positions, end exclusive; a token at position p has p + 1
+    tokens of context), tokens (scored in the bin), nll (mean, nats per token; None when no
+    token was scored). The token-weighted mean of the bins' nll is the overall NLL.
+  """
+  edges = position_bin_edges(len(scores.position_nll), num_bins)
+  bins = []
+  for lo, hi in zip(edges[:-1], edges[1:]):
+    tokens = int(scores.position_tokens[lo:hi].sum())
+    total = float(scores.position_nll[lo:hi].sum())
+    bins.append({"start": int(lo), "end": int(hi), "tokens": tokens,
+                 "nll": total / tokens if tokens else None})
+  return bins
+
+
 def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer: ByteTokenizer,
                   lengths: Sequence[int], *, max_tokens_per_length: int, batch_tokens: int,
-                  mesh, skip: Sequence[int] = (), skip_reason: str = "") -> list[dict]:
-  """Perplexity at each evaluation length (see the module docstring for the protocol).
+                  mesh, skip: Sequence[int] = (), skip_reason: str = "",
+                  protocol: str = "non_overlapping", stride: int = 0,
+                  position_bins: int | None = None) -> list[dict]:
+  """Perplexity at each evaluation length (see the module docstring for the protocols).
+
+  Follows Press et al. (ALiBi, arXiv 2108.12409, Section 4): non-overlapping or sliding windows
+  from every document start.
 
   Args:
     nll_fn: from `make_nll_fn`; params: parameter pure dict.
     docs: held-out documents.
+    tokenizer: the byte tokenizer.
     lengths: evaluation lengths, tokens.
-    max_tokens_per_length: scoring budget per length (0 = every window of every document); the
-      budget is split evenly over documents and taken from their starts, so every length scores
-      the same text up to rounding to whole windows.
+    max_tokens_per_length: scoring budget per length, tokens (0 = every window of every
+      document); the budget is split evenly over documents and taken from their starts, so every
+      length scores the same text up to rounding to whole windows (strides, for sliding).
     batch_tokens: tokens per forward pass (memory bound); batch = max(1, batch_tokens // length).
     mesh: device mesh.
     skip: lengths not to evaluate (e.g. `unrepresentable` ones); their rows carry `skipped`.
     skip_reason: the text of `skipped`.
+    protocol: "non_overlapping" | "sliding".
+    stride: sliding window advance, tokens (0 = length // 2); ignored by non_overlapping.
+    position_bins: when not None, each row also gets "loss_by_position", the `loss_by_position`
+      bins (at most this many, log-spaced; 0 = one per position) from the same forward pass.
 
   Returns:
-    One dict per length: length, windows, tokens (scored), nll (nats per token), ppl,
-    bits_per_byte. Lengths longer than every document, or skipped, give tokens = 0 and nll = None.
+    One dict per length: length, stride (tokens; = length for non_overlapping), windows,
+    documents (that contributed a window), tokens (scored), nll (nats per token), ppl,
+    bits_per_byte [, loss_by_position]. Lengths longer than every document, or skipped, give
+    tokens = 0 and nll = None.
+
+  Raises:
+    ConfigError: unknown protocol, or a stride outside [0, length] (see `resolve_stride`).
   """
-  per_doc = None if max_tokens_per_length <= 0 else -(-max_tokens_per_length // len(docs))
+  for length in lengths:
+    if length not in skip:
+      resolve_stride(length, protocol, stride)  # fail before any compilation
+  per_doc = None if max_tokens_per_length <= 0 else -(-max_tokens_per_length // max(1, len(docs)))
   rows = []
   for length in tqdm(list(lengths), desc="ppl vs length", leave=False):
     if length in skip:
-      rows.append({"length": int(length), "windows": 0, "tokens": 0, "nll": None, "ppl": None,
-                   "bits_per_byte": None, "skipped": skip_reason})
+      row = {"length": int(length), "stride": None, "windows": 0, "documents": 0, "tokens": 0,
+             "nll": None, "ppl": None, "bits_per_byte": None, "skipped": skip_reason}
+      if position_bins is not None:
+        row["loss_by_position"] = []
+      rows.append(row)
       continue
-    windows = document_windows(docs, tokenizer, length, per_doc)
-    total, count = score_windows(nll_fn, params, windows, batch_size=batch_tokens // length,
-                                 mesh=mesh)
-    nll = total / count if count else None
-    rows.append({
+    windows = evaluation_windows(docs, tokenizer, length, protocol=protocol, stride=stride,
+                                 max_tokens_per_doc=per_doc)
+    scores = score_windows_by_position(nll_fn, params, windows,
+                                       batch_size=batch_tokens // length, mesh=mesh)
+    count = scores.tokens
+    nll = scores.nll_sum / count if count else None
+    row = {
         "length": int(length),
+        "stride": resolve_stride(length, protocol, stride),
         "windows": int(windows["inputs"].shape[0]),
+        "documents": sum(len(tokenizer.encode(d.data)) >= length for d in docs) if count else 0,
         "tokens": count,
         "nll": nll,
         "ppl": math.exp(nll) if nll is not None else None,
         "bits_per_byte": nll / math.log(2) if nll is not None else None,
-    })
+    }
+    if position_bins is not None:
+      row["loss_by_position"] = loss_by_position(scores, position_bins)
+    rows.append(row)
   return rows
 
 
@@ -172,5 +383,6 @@ def unigram_entropy(docs: Sequence[Document]) -> float:
   return float(-(p * np.log(p)).sum())
 
 
-__all__ = ["check_lengths", "make_nll_fn", "ppl_vs_length", "score_windows", "token_nll",
-           "unigram_entropy"]
+__all__ = ["PROTOCOLS", "WindowScores", "check_lengths", "evaluation_windows", "loss_by_position",
+           "make_nll_fn", "position_bin_edges", "ppl_vs_length", "resolve_stride", "score_windows",
+           "score_windows_by_position", "token_nll", "unigram_entropy"]

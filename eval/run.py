@@ -1,31 +1,45 @@
 """Evaluates a trained run's checkpoint: `python -m eval.run --workdir=<dir>`.
 
 Reads `<workdir>/config.json`, restores the parameters of the latest (or `--step`) checkpoint and
-writes `<workdir>/eval/ppl_vs_length.{json,png}`. Lengths default to the run's
-`eval.length_multipliers`; `--length_multipliers=0.5,1,2,16` overrides them.
+writes `<workdir>/eval/ppl_vs_length.{json,png}` and `loss_by_position.{json,png}`. Lengths
+default to the run's `eval.length_multipliers`; `--length_multipliers=0.5,1,2,16` overrides them.
+Any other field of the run's config can be overridden too, e.g. `--config.eval.protocol=sliding
+--config.eval.stride=64` (the model's fields must stay those of the checkpoint).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import jax
 import ml_collections
-from absl import app, flags, logging
+from absl import app, flags
+from ml_collections import config_flags
 
+from configs import base
 from configs.validate import ConfigError, eval_lengths, mesh_shape
 from data.tokenizers import get_tokenizer
 from eval import perplexity
-from models import sharding
+from models import rope_scaling, sharding
 import train
 
 FLAGS = flags.FLAGS
 
 
-def define_flags() -> None:
-  """Command-line flags (defined only when run as a script)."""
+def define_flags(argv: list[str]) -> None:
+  """Command-line flags (defined only when run as a script).
+
+  `--config` defaults to the config of the run named by `--workdir` in `argv`, so that
+  `--config.<field>=...` overrides any of its fields.
+  """
+  workdir = next((a.split("=", 1)[1] for a in argv if a.startswith("--workdir=")), None)
+  try:
+    run_config = train.load_run_config(workdir) if workdir else base.get_config()
+  except ConfigError:
+    run_config = base.get_config()  # main() reports the bad workdir
+  config_flags.DEFINE_config_dict("config", run_config, "The run's config (override fields with "
+                                  "--config.<field>=...).", lock_config=True)
   flags.DEFINE_string("workdir", None, "A training run's workdir (holds config.json and checkpoints/).")
   flags.DEFINE_integer("step", -1, "Checkpoint step to evaluate; -1 = the latest.")
   flags.DEFINE_list("length_multipliers", None, "Eval lengths as multiples of train_len "
@@ -33,24 +47,8 @@ def define_flags() -> None:
   flags.DEFINE_enum("split", None, ["validation", "test"], "Held-out split (default: the run's).")
 
 
-def load_run_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config a training run wrote to `<workdir>/config.json`.
-
-  Raises:
-    ConfigError: workdir or its config.json is missing or unreadable.
-  """
-  path = os.path.join(workdir, "config.json")
-  if not os.path.isfile(path):
-    raise ConfigError(f"--workdir={workdir} has no config.json (is it a training run's workdir?)")
-  try:
-    with open(path) as f:
-      return ml_collections.ConfigDict(json.load(f)["config"])
-  except (json.JSONDecodeError, KeyError) as e:
-    raise ConfigError(f"{path} is not a config written by train.py: {e}") from e
-
-
 def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
-             split: str | None = None) -> dict:
+             split: str | None = None, config: ml_collections.ConfigDict | None = None) -> dict:
   """Runs perplexity vs length on a checkpoint of `workdir` and writes the JSON and PNG.
 
   Args:
@@ -58,6 +56,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     step: checkpoint step (None = latest).
     length_multipliers: eval lengths as multiples of train_len (None = the run's).
     split: "validation" | "test" (None = the run's `eval.split`).
+    config: the run's config with overrides (None = `train.load_run_config(workdir)`).
 
   Returns:
     The ppl_vs_length result dict (also written to `<workdir>/eval/ppl_vs_length.json`).
@@ -66,7 +65,13 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     ConfigError: no config/checkpoint, a checkpoint that does not match the model, lengths the
       scheme cannot represent, or bad multipliers; all before compilation.
   """
-  config = load_run_config(workdir)
+  run_config = train.load_run_config(workdir)
+  config = run_config if config is None else ml_collections.ConfigDict(config.to_dict())
+  if config.model != run_config.model:
+    raise ConfigError("--config.model.* must stay as trained (the checkpoint's model); "
+                      "override eval.* fields only (eval.extension for eval-time extensions)")
+  config = rope_scaling.apply_extension(config, config.eval.extension, config.eval.factor)
+  suffix = "" if config.eval.extension == "none" else f"_{config.eval.extension}_x{config.eval.factor:g}"
   if length_multipliers is not None:
     try:
       config.eval.length_multipliers = tuple(float(x) for x in length_multipliers)
@@ -91,7 +96,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   params, step = train.restore_params(workdir, config, spec, step)
   docs = train.load_splits(config)
   return train.evaluate_ppl(config, workdir, spec, mesh, params, step, docs,
-                            get_tokenizer(config.data.tokenizer))
+                            get_tokenizer(config.data.tokenizer), suffix=suffix)
 
 
 def main(argv):
@@ -102,7 +107,7 @@ def main(argv):
   train.quiet_library_logs()
   try:
     result = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,
-                      FLAGS.length_multipliers, FLAGS.split)
+                      FLAGS.length_multipliers, FLAGS.split, FLAGS.config)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -110,9 +115,9 @@ def main(argv):
     if row["nll"] is not None:
       print(f"length {row['length']:>6}: ppl {row['ppl']:.4f}, {row['bits_per_byte']:.4f} bits/byte "
             f"({row['tokens']} tokens)")
-  print(f"wrote {os.path.join(FLAGS.workdir, 'eval', 'ppl_vs_length.json')}")
+  print(f"wrote {os.path.join(FLAGS.workdir, 'eval')}/ppl_vs_length*.json and loss_by_position*.json")
 
 
 if __name__ == "__main__":
-  define_flags()
+  define_flags(sys.argv)
   app.run(main)

@@ -57,6 +57,17 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   assert again["rows"][0]["nll"] == pytest.approx(by_len[32]["nll"], rel=1e-5)
   assert again["rows"][1]["length"] == 128
 
+  # An eval-time extension (YaRN, s = 2) writes its own files beside the plain ones.
+  extended = train.load_run_config(str(tmp_path))
+  extended.eval.extension, extended.eval.factor = "yarn", 2.0
+  yarn = eval_run.evaluate(str(tmp_path), config=extended)
+  assert yarn["extension"] == "yarn" and os.path.exists(tmp_path / "eval/ppl_vs_length_yarn_x2.json")
+  assert yarn["rows"][1]["nll"] != pytest.approx(by_len[32]["nll"], rel=1e-6)
+  bad = train.load_run_config(str(tmp_path))
+  bad.eval.extension = "alibi_interpolation"
+  with pytest.raises(ConfigError, match="eval.extension"):
+    eval_run.evaluate(str(tmp_path), config=bad)
+
 
 def test_eight_devices_match_one_device(text_corpus, tmp_path):
   one = tiny_config(text_corpus)

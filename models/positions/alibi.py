@@ -3,15 +3,24 @@
 Press, Smith & Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
 Extrapolation", arXiv 2108.12409 (ICLR 2022), Section 3: head h adds `-m_h * (i - j)` to the
 logit of query i and key j <= i, with head-specific slopes m_h in a geometric sequence.
+
+Interpolation (`model.position.alibi_interpolation`, an eval-time extension; Al-Khateeb et al.,
+"Position Interpolation Improves ALiBi Extrapolation", arXiv 2310.13017): beyond the training
+length L the slopes are multiplied by L / n, n the length seen, so that the largest penalty,
+m_h * L * (n - 1) / n, stays below m_h * L (the trained range ends at m_h * (L - 1)). Here n is
+per query: n = q_position + 1, the keys a causal query sees (its in-document position + 1 under
+packing); see `alibi_interpolation_scale`.
 """
 
 from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs.validate import ConfigError
 from models.positions.base import PositionalScheme
 
 
@@ -45,16 +54,58 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   return np.array(power_of_two(p) + power_of_two(2 * p)[0::2][: num_heads - p])
 
 
+def alibi_interpolation_scale(q_positions: jax.Array, train_len: int) -> jax.Array:
+  """Slope multiplier of ALiBi position interpolation: L / max(L, n), n = q_position + 1.
+
+  Al-Khateeb et al., arXiv 2310.13017, scale the slopes by L_train / L_eval when L_eval > L_train
+  (no numbered equation). Here L_eval is taken per query as the number of keys it sees causally,
+  n = position + 1, rather than once per window: the scale of a query then does not depend on how
+  far the window extends past it, nor on query chunking (`models/attention.py` calls `bias` per
+  chunk with the chunk's positions), and it is exactly what token-by-token decoding with the
+  paper's rule computes (where the current length is the newest query's position + 1). For the
+  last query of a window of n tokens it is the paper's L / n; queries at positions < L are not
+  changed at all.
+
+  Args:
+    q_positions: int32 [batch, q_len] query positions (in-document under packing).
+    train_len: L >= 1, the training context length, tokens.
+
+  Returns:
+    float32 [batch, q_len] factors in (0, 1] (exactly 1 where position + 1 <= L).
+  """
+  n = q_positions.astype(jnp.float32) + 1.0
+  return jnp.float32(train_len) / jnp.maximum(jnp.float32(train_len), n)
+
+
 class ALiBi(PositionalScheme):
-  """Adds `-slope_h * (q_pos - k_pos)` to the logits (masked entries are removed later)."""
+  """Adds `-slope_h * (q_pos - k_pos)` to the logits (masked entries are removed later); with
+  `model.position.alibi_interpolation`, slopes times `alibi_interpolation_scale` (arXiv 2310.13017).
+  """
+
+  @classmethod
+  def check_config(cls, cfg, dims):
+    interpolation = cfg.get("alibi_interpolation", False)
+    if not isinstance(interpolation, bool):
+      raise ConfigError(f"model.position.alibi_interpolation must be True or False; "
+                        f"got {interpolation!r}")
 
   def __init__(self, cfg, dims, *, rngs):
-    """cfg: the `model.position` section (no ALiBi-specific fields); dims: see `Dims`."""
-    del cfg, rngs
+    """cfg: the `model.position` section (alibi_interpolation); dims: see `Dims` (train_len is
+    the L of interpolation)."""
+    del rngs
     self.slopes = tuple(float(m) for m in alibi_slopes(dims.num_heads))  # static, hashable
+    # Interpolation: L in tokens; 0 = off (the plain bias, bit for bit).
+    self.interpolation_len = dims.train_len if cfg.get("alibi_interpolation", False) else 0
 
   def bias(self, q_positions, k_positions, layer, **unused):
-    """q_positions: int32 [batch, q_len], k_positions: [batch, k_len] -> float32 [b, H, q, k]."""
+    """q_positions: int32 [batch, q_len], k_positions: [batch, k_len] -> float32 [b, H, q, k].
+
+    With interpolation, query i's slopes are multiplied by L / max(L, q_positions[i] + 1).
+    """
     del layer, unused
     distance = (q_positions[:, None, :, None] - k_positions[:, None, None, :]).astype(jnp.float32)
-    return -jnp.asarray(self.slopes, jnp.float32)[None, :, None, None] * distance
+    slopes = jnp.asarray(self.slopes, jnp.float32)[None, :, None, None]
+    if not self.interpolation_len:
+      return -slopes * distance
+    scale = alibi_interpolation_scale(q_positions, self.interpolation_len)[:, None, :, None]
+    return -(slopes * scale) * distance

@@ -14,6 +14,18 @@ NoPE layers that return q and k unrotated, as in Llama 4's interleaved NoPE laye
 (arXiv 2504.08719). `rope_theta_per_layer` gives layer l its own base (one value
 per layer, exactly `model.num_layers` values; `()` = `rope_theta` everywhere; values of NoPE layers
 are validated but unused). With both off, every layer computes exactly what plain RoPE computes.
+
+Context extension (`model.position.rope_scaling`, see `models/rope_scaling.py`): "pi" (positions
+times 1/s), "ntk", "yarn" and "abf" (other inverse frequencies; YaRN also multiplies q and k by
+0.1 ln(s) + 1) and "dynamic_ntk" (frequencies rescaled from the length of each call). They apply
+to every rotary layer with that layer's base; NoPE layers still return q and k unchanged. With
+"none" (the default, also when the field is absent) the computation is exactly the plain one.
+Dynamic NTK takes the current length l of batch row b as 1 + the largest position of that row
+over `q_positions` and `k_positions`. `models/attention.py` rotates the full q and k once, before
+query chunking, so l is the whole window's (the longest document's under packing), the same with
+or without chunking, and q and k of a row share the frequencies. A row's result does not depend
+on the other rows of its batch. (Keys cached from an earlier call, with an earlier l, would not
+share them; this codebase has no key cache.)
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.validate import ConfigError
+from models import rope_scaling
 from models.positions.base import PositionalScheme
 
 
@@ -37,12 +50,13 @@ def rope_inv_freq(rot_dim: int, rope_theta: float) -> np.ndarray:
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
-  """Rotates the first `2 * len(inv_freq)` features of x (half-split layout).
+  """Rotates the first `2 * inv_freq.shape[-1]` features of x (half-split layout).
 
   Args:
     x: [batch, seq, heads, head_dim], any float dtype.
     positions: int32 or float32 [batch, seq] position ids (float allows interpolated positions).
-    inv_freq: float32 [rot_dim / 2] inverse frequencies (radians per position).
+    inv_freq: float32 [rot_dim / 2] inverse frequencies (radians per position), or
+      [batch, 1, rot_dim / 2] for frequencies per batch row (dynamic NTK).
 
   Returns:
     Array like x; features >= rot_dim are returned unchanged (bit-identical).
@@ -74,8 +88,9 @@ def _is_number(x) -> bool:
 
 class RoPE(PositionalScheme):
   """Rotary embedding (Su et al., arXiv 2104.09864) with `rope_theta` and `rotary_fraction`, and
-  optionally interleaved NoPE layers (`nope_every`; arXiv 2504.08719) and one base per layer
-  (`rope_theta_per_layer`), all from config `model.position`.
+  optionally interleaved NoPE layers (`nope_every`; arXiv 2504.08719), one base per layer
+  (`rope_theta_per_layer`) and a context-extension method (`rope_scaling` and its fields; see
+  `models/rope_scaling.py`), all from config `model.position`.
   """
 
   @classmethod
@@ -104,22 +119,33 @@ class RoPE(PositionalScheme):
       if not (_is_number(theta) and theta > 1):
         raise ConfigError(f"model.position.rope_theta_per_layer[{i}] must be a number > 1; "
                           f"got {theta!r}")
+    rope_scaling.check_config(cfg, rotary_dim(dims.head_dim, cfg.rotary_fraction))
 
   def __init__(self, cfg, dims, *, rngs):
-    """cfg: `model.position` (rope_theta, rotary_fraction, nope_every, rope_theta_per_layer);
-    dims: see `Dims`."""
+    """cfg: `model.position` (rope_theta, rotary_fraction, nope_every, rope_theta_per_layer,
+    rope_scaling and its fields); dims: see `Dims`."""
     del rngs
     rot = rotary_dim(dims.head_dim, cfg.rotary_fraction)
-    # Static, hashable tuples of floats.
-    self.inv_freq = tuple(float(f) for f in rope_inv_freq(rot, cfg.rope_theta))
     thetas = tuple(cfg.get("rope_theta_per_layer", ()) or ())
     nope_every = int(cfg.get("nope_every", 0) or 0)
+    # Context extension: positions are multiplied by position_scale, q and k by qk_scale, and
+    # dynamic_train_len > 0 rescales the frequencies per call (dynamic NTK); 1, 1, 0 = none.
+    self.position_scale, self.qk_scale, self.dynamic_train_len = 1.0, 1.0, 0
+    if cfg.get("rope_scaling", "none") == "none":
+      freqs = lambda theta: rope_inv_freq(rot, theta)
+    else:
+      scaled = rope_scaling.scaled_rope(cfg, rot, float(cfg.rope_theta), dims.train_len)
+      self.position_scale, self.qk_scale = scaled.position_scale, scaled.qk_scale
+      self.dynamic_train_len = scaled.dynamic_train_len
+      freqs = lambda theta: rope_scaling.scaled_rope(cfg, rot, theta, dims.train_len).inv_freq
+    # Static, hashable tuples of floats.
+    self.inv_freq = tuple(float(f) for f in freqs(cfg.rope_theta))
     # Per layer: None (a NoPE layer) or its inverse frequencies; None overall = plain RoPE.
     self.layer_inv_freq = None
     if thetas or nope_every:
       self.layer_inv_freq = tuple(
           None if is_nope_layer(i, nope_every)
-          else tuple(float(f) for f in rope_inv_freq(rot, float(thetas[i]))) if thetas
+          else tuple(float(f) for f in freqs(float(thetas[i]))) if thetas
           else self.inv_freq
           for i in range(dims.num_layers))
 
@@ -127,9 +153,24 @@ class RoPE(PositionalScheme):
     """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k).
 
     `layer` (static int, 0..num_layers-1) selects the layer's base; a NoPE layer returns q, k.
+    Under `rope_scaling` (see the module docstring): PI rotates by positions * (1/s), dynamic NTK
+    uses the frequencies of each row's length 1 + max(q_positions, k_positions), YaRN multiplies
+    the rotated q and k (all head_dim features) by 0.1 ln(s) + 1; outputs keep q's/k's dtype.
     """
     inv = self.inv_freq if self.layer_inv_freq is None else self.layer_inv_freq[layer]
     if inv is None:
       return q, k
     inv_freq = jnp.asarray(inv, jnp.float32)
-    return apply_rope(q, q_positions, inv_freq), apply_rope(k, k_positions, inv_freq)
+    if self.position_scale == 1.0 and self.qk_scale == 1.0 and not self.dynamic_train_len:
+      return apply_rope(q, q_positions, inv_freq), apply_rope(k, k_positions, inv_freq)
+    if self.dynamic_train_len:
+      length = jnp.maximum(q_positions.max(axis=-1), k_positions.max(axis=-1)) + 1  # [b]
+      inv_freq = rope_scaling.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len)
+      inv_freq = inv_freq[:, None, :]  # [b, 1, rot_dim/2]
+    if self.position_scale != 1.0:
+      q_positions = q_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
+      k_positions = k_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
+    q, k = apply_rope(q, q_positions, inv_freq), apply_rope(k, k_positions, inv_freq)
+    if self.qk_scale != 1.0:
+      q, k = q * jnp.asarray(self.qk_scale, q.dtype), k * jnp.asarray(self.qk_scale, k.dtype)
+    return q, k
