@@ -17,8 +17,9 @@ from models.positions.sinusoidal import sinusoidal_encoding
 
 
 def position_cfg(kind, **kw):
-  c = ml_collections.ConfigDict(dict(kind=kind, rope_theta=10000.0, rotary_fraction=1.0,
-                                     max_len=-1, clamp=False, sinusoid_base=10000.0))
+  from configs import base
+  c = base.get_config().model.position
+  c.kind = kind
   c.update(kw)
   return c
 
@@ -107,8 +108,10 @@ def test_rope_matches_explicit_rotation_matrix():
   np.testing.assert_allclose(np.asarray(got)[0, 0, 0], expected, rtol=1e-5)
 
 
-def test_partial_rope_leaves_other_features_bit_identical():
-  scheme = positions.build(position_cfg("rope", rotary_fraction=0.25), DIMS, rngs=None)
+@pytest.mark.parametrize("kind", ["rope", "xpos"])
+def test_partial_rotation_leaves_other_features_bit_identical(kind):
+  scheme = positions.build(position_cfg(kind, rotary_fraction=0.25, xpos_scale_base=4.0), DIMS,
+                           rngs=None)
   rng = np.random.default_rng(0)
   q = jnp.asarray(rng.normal(size=(2, 5, 4, 16)), jnp.float32)
   k = jnp.asarray(rng.normal(size=(2, 5, 4, 16)), jnp.float32)
