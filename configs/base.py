@@ -49,7 +49,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.global_every = 0  # with sliding_window: every N-th layer keeps full attention; 0 = none.
   c.model.logn_scaling = False  # scale queries by log(n)/log(train_len), n = position + 1.
 
-  # Positional scheme: one of models.positions.REGISTRY (none, learned, sinusoidal, rope, alibi).
+  # Positional scheme: one of models.positions.REGISTRY (see the README table for every kind).
   c.model.position = ml_collections.ConfigDict()
   c.model.position.kind = "alibi"
   c.model.position.rope_theta = 10000.0  # rope: base of the inverse frequencies.

@@ -103,6 +103,19 @@ def validate(config, num_devices: int) -> None:
   t = config.train
   if not t.learning_rate > 0:
     raise ConfigError(f"train.learning_rate must be > 0; got {t.learning_rate}")
+  if not 0 <= t.final_lr_ratio <= 1:
+    raise ConfigError(f"train.final_lr_ratio must lie in [0, 1]; got {t.final_lr_ratio}")
+  for field in ("weight_decay", "grad_clip"):
+    if t[field] < 0:
+      raise ConfigError(f"train.{field} must be >= 0 (0 disables it); got {t[field]}")
+  if t.stop_after_step != -1 and (not isinstance(t.stop_after_step, int) or t.stop_after_step < 1):
+    raise ConfigError(f"train.stop_after_step must be -1 (run to num_steps) or >= 1; "
+                      f"got {t.stop_after_step!r}")
+  if config.eval.max_tokens_per_length < 0:
+    raise ConfigError(f"eval.max_tokens_per_length must be >= 0 (0 = all); "
+                      f"got {config.eval.max_tokens_per_length}")
+  if m.global_every and not m.sliding_window:
+    raise ConfigError("model.global_every only applies with model.sliding_window > 0")
   if not isinstance(t.warmup_steps, int) or t.warmup_steps < 0:
     raise ConfigError(f"train.warmup_steps must be an integer >= 0; got {t.warmup_steps!r}")
   for field in ("sliding_window", "global_every"):

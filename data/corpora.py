@@ -230,7 +230,8 @@ def split_documents(docs: Sequence[Document], validation_fraction: float,
   Rule: documents are ranked by the sha256 of their name; the first
   `max(1, round(validation_fraction * n))` go to validation, the next
   `max(1, round(test_fraction * n))` to test (0 when the fraction is 0), the rest to train. The
-  rule depends only on the names, so it is deterministic and stable when files are added.
+  rule depends only on the names, so it is deterministic; adding documents to a corpus can move
+  others between splits (the ranks and counts change), so compare runs on one corpus version.
 
   Returns:
     {"train": [...], "validation": [...], "test": [...]}, each sorted by name.

@@ -1,7 +1,7 @@
 """Causal multi-head attention with document (segment) masking and positional-scheme hooks.
 
 The attention module knows nothing of any scheme: it calls `scheme.rotate` on q/k and
-`scheme.bias` for an additive logit bias (DESIGN.md), then `dot_product_attention`.
+`scheme.bias` for an additive logit bias (models/positions/base.py), then `dot_product_attention`.
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ class MLP(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """x: [batch, seq, d_model] -> [batch, seq, d_model]."""
-    # 2-D matmuls: XLA:CPU runs [tokens, d] @ [d, f] (and its gradients) far faster than the
-    # batched 3-D form (measured in bench/RESULTS.md).
+    # 2-D matmuls: XLA:CPU runs [tokens, d] @ [d, f] (and its gradients) about 1.6x faster than
+    # the batched 3-D form (measured on a 2-core CPU at d=256, f=1024, 4096 tokens).
     x2 = x.reshape(-1, x.shape[-1])
     h = x2 @ self.wi[...].astype(self.dtype)
     if self.activation == "swiglu":

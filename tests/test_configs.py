@@ -65,3 +65,16 @@ def test_bad_fields_name_themselves(field, value, match):
     setattr(c[section], name, value)
   with pytest.raises(ConfigError, match=match):
     validate(c, 8)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("train.final_lr_ratio", -3.0), ("train.weight_decay", -1.0), ("train.grad_clip", -1.0),
+    ("train.stop_after_step", -7), ("eval.max_tokens_per_length", -5), ("model.global_every", 2),
+])
+def test_more_bad_fields(field, value):
+  c = load(os.path.join(ROOT, "configs", "alibi_tiny.py"))
+  section, name = field.split(".")
+  with c.unlocked():
+    setattr(c[section], name, value)
+  with pytest.raises(ConfigError, match=field):
+    validate(c, 8)

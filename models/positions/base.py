@@ -1,6 +1,6 @@
 """The positional-scheme contract: three hooks that the decoder and attention call blindly.
 
-A scheme may act at up to three places (DESIGN.md):
+A scheme may act at up to three places (the target architecture of this project):
   1. `embed(x, positions)`: on the token embeddings (learned, sinusoidal);
   2. `rotate(q, k, q_positions, k_positions, layer)`: on queries and keys (RoPE, xPos, ...);
   3. `bias(q_positions, k_positions, layer, q=, k=, mask=)`: an additive attention-logit bias,
