@@ -103,7 +103,7 @@ def model_spec(config, mesh) -> ModelSpec:
   graphdef, state = nnx.split(abstract_model)
   shardings = sharding.param_shardings(state, mesh)
   pure = nnx.to_pure_dict(state)
-  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), pure, shardings)
+  abstract = abstract_with_shardings(pure, shardings)
   num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(pure))
   scheme = abstract_model.position
   return ModelSpec(graphdef, abstract, shardings, scheme.max_position, scheme.max_position_hint,
