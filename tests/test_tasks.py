@@ -1,0 +1,195 @@
+"""Algorithmic tasks: known strings, reproducible generators, answer-only weights, exact-match
+scoring, and a few training steps on a task that end with eval/algorithmic.json."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import train
+from conftest import tiny_config
+from configs.validate import ConfigError, validate
+from data import tasks
+from data.tasks import dataset
+from data.tokenizers import ByteTokenizer
+from eval import algorithmic
+
+TOK = ByteTokenizer()
+
+
+class Scripted:
+  """A stand-in for numpy's Generator whose `integers` returns scripted symbol indices."""
+
+  def __init__(self, *draws):
+    self.draws = [np.asarray(d) for d in draws]
+
+  def integers(self, low, high, size=None, endpoint=False):
+    out = self.draws.pop(0)
+    assert out.shape == (size,) and (out >= low).all() and (out < high + endpoint).all()
+    return out
+
+
+@pytest.mark.parametrize("name,draws,prompt,answer", [
+    ("copy", [[3, 1, 4, 2]], b"3142=", b"3142"),
+    ("reverse", [[3, 1, 4, 2]], b"3142=", b"2413"),
+    ("sorting", [[3, 1, 4, 1, 2]], b"31412=", b"11234"),
+    ("parity", [[1, 1, 0, 1]], b"1101=", b"1"),
+    ("parity", [[1, 0, 0, 1]], b"1001=", b"0"),
+    ("addition", [[7, 5], [8, 6]], b"75+86=", b"521"),  # 57 + 68 = 125
+    ("addition", [[9, 9, 9], [1, 0, 0]], b"999+100=", b"0001"),  # 999 + 1 = 1000
+    ("addition", [[0, 2, 1], [3, 0, 0]], b"021+300=", b"3210"),  # 120 + 3 = 123, padded to 4
+])
+def test_known_strings(name, draws, prompt, answer):
+  task = tasks.get_task(name)
+  size = len(draws[0])
+  example = task.example(size, Scripted(*draws))
+  assert (example.prompt, example.answer) == (prompt, answer)
+  assert len(prompt) == task.prompt_length(size) and len(answer) == task.answer_length(size)
+
+
+@pytest.mark.parametrize("name", sorted(tasks.REGISTRY))
+def test_random_examples_are_correct(name):
+  task = tasks.get_task(name)
+  rng = np.random.default_rng(1)
+  for size in (1, 2, 7, 30):
+    for _ in range(20):
+      e = task.example(size, rng)
+      assert e.prompt.endswith(b"=") and len(e.answer) == task.answer_length(size)
+      x = e.prompt[:-1]
+      if name == "copy":
+        assert e.answer == x
+      elif name == "reverse":
+        assert e.answer == x[::-1]
+      elif name == "sorting":
+        assert e.answer == bytes(sorted(x))
+      elif name == "parity":
+        assert set(x) <= set(b"01") and e.answer == str(x.count(b"1") % 2).encode()
+      else:
+        a, b = x.split(b"+")
+        assert len(a) == len(b) == size
+        assert int(e.answer[::-1]) == int(a[::-1]) + int(b[::-1])
+
+
+def test_generators_are_reproducible():
+  task = tasks.get_task("addition")
+  one = [task.example(5, np.random.default_rng(7)) for _ in range(3)]
+  assert one[0] == one[1] == one[2]
+  rows = dataset.TaskRows(task, TOK, 64, 1, 6, seed=3)
+  again = dataset.TaskRows(task, TOK, 64, 1, 6, seed=3)
+  other = dataset.TaskRows(task, TOK, 64, 1, 6, seed=4)
+  for i in (0, 1, 10 ** 9):
+    for key in dataset.FIELDS:
+      np.testing.assert_array_equal(rows[i][key], again[i][key])
+  assert not np.array_equal(rows[0]["inputs"], other[0]["inputs"])
+  assert not np.array_equal(rows[0]["inputs"], rows[1]["inputs"])
+  a = dataset.examples_of_size(task, 4, 5, 0, dataset.EVALUATION, TOK)
+  b = dataset.examples_of_size(task, 4, 5, 0, dataset.EVALUATION, TOK)
+  v = dataset.examples_of_size(task, 4, 5, 0, dataset.VALIDATION, TOK)
+  np.testing.assert_array_equal(a["inputs"], b["inputs"])
+  assert not np.array_equal(a["inputs"], v["inputs"])  # validation and evaluation: other streams
+
+
+def test_grain_iterator_resumes_exactly():
+  cfg = tiny_task_config("reverse").data.task
+  ds = dataset.train_dataset(cfg, TOK, train_len=40, batch_size=4)
+  it = iter(ds)
+  next(it)
+  state = it.get_state()
+  expected = [next(it) for _ in range(2)]
+  resumed = iter(dataset.train_dataset(cfg, TOK, train_len=40, batch_size=4))
+  resumed.set_state(state)
+  for want in expected:
+    got = next(resumed)
+    for key in dataset.FIELDS:
+      np.testing.assert_array_equal(got[key], want[key])
+
+
+@pytest.mark.parametrize("name", sorted(tasks.REGISTRY))
+def test_weights_cover_exactly_the_answer(name):
+  task = tasks.get_task(name)
+  rows = dataset.TaskRows(task, TOK, row_len=3 * task.sequence_length(5) + 3, min_size=1,
+                          max_size=5, seed=0)
+  assert rows.examples_per_row == 3
+  for i in range(20):
+    row = rows[i]
+    seg = row["segment_ids"]
+    assert seg.max() == 3 and (np.diff(seg[seg > 0]) >= 0).all()
+    pad = seg == 0
+    assert (row["weights"][pad] == 0).all() and (row["inputs"][pad] == TOK.pad_id).all()
+    for s in (1, 2, 3):
+      idx = np.flatnonzero(seg == s)
+      assert (np.diff(idx) == 1).all()  # each example is one contiguous run inside the row
+      inputs, targets, w = row["inputs"][idx], row["targets"][idx], row["weights"][idx]
+      np.testing.assert_array_equal(row["positions"][idx], np.arange(len(idx)))
+      assert inputs[0] == TOK.bos_id and targets[-1] == TOK.eos_id
+      prompt_end = int(np.flatnonzero(targets == ord("="))[0])  # target index of the "="
+      np.testing.assert_array_equal(w, (np.arange(len(idx)) > prompt_end).astype(np.float32))
+      size = (len(idx) - task.sequence_length(1)) // (task.sequence_length(2) -
+                                                     task.sequence_length(1)) + 1
+      assert w.sum() == task.answer_length(size) + 1  # the answer bytes and EOS
+
+
+def test_accuracy_on_hand_built_logits():
+  targets = jnp.array([[5, 6, 7, 8], [5, 6, 7, 8], [1, 2, 3, 4]])
+  weights = jnp.array([[0, 0, 1, 1], [0, 0, 1, 1], [0, 1, 1, 1]], jnp.float32)
+  perfect = jax.nn.one_hot(targets, 10) * 5.0
+  correct, total = algorithmic.answer_scores(perfect, targets, weights)
+  np.testing.assert_array_equal(total, [2, 2, 3])
+  acc = algorithmic.accuracy(np.asarray(correct), np.asarray(total))
+  assert acc == {"examples": 3, "exact_match": 1.0, "answer_tokens": 7, "token_accuracy": 1.0}
+  # A wrong prompt prediction changes nothing; one wrong answer token fails its example only.
+  logits = perfect.at[0, 0].set(jax.nn.one_hot(9, 10) * 5.0)
+  logits = logits.at[2, 3].set(jax.nn.one_hot(0, 10) * 5.0)
+  correct, total = algorithmic.answer_scores(logits, targets, weights)
+  np.testing.assert_array_equal(correct, [2, 2, 2])
+  acc = algorithmic.accuracy(np.asarray(correct), np.asarray(total))
+  assert acc["exact_match"] == pytest.approx(2 / 3)
+  assert acc["token_accuracy"] == pytest.approx(6 / 7)
+
+
+def tiny_task_config(name="copy", kind="alibi"):
+  """A seconds-scale task run: train sizes 1..3, eval sizes 1..6, 2 layers of width 64."""
+  c = tiny_config("unused", kind)
+  c.data.task.name = name
+  c.data.task.train_max_size = 3
+  c.data.task.eval_max_size = 6
+  c.data.task.eval_examples_per_size = 8
+  c.data.train_len = tasks.get_task(name).sequence_length(3)
+  c.mesh.data = -1
+  return c
+
+
+def test_training_on_a_task_writes_algorithmic_json(tmp_path):
+  c = tiny_task_config("copy", "learned")
+  c.train.num_steps = 4
+  c.train.eval_every_steps = 2
+  out = train.train_and_evaluate(c, str(tmp_path))  # 8 devices: data-parallel scoring
+  result = json.load(open(tmp_path / "eval" / "algorithmic.json"))
+  assert os.path.getsize(tmp_path / "eval" / "algorithmic.png") > 0
+  assert not os.path.exists(tmp_path / "eval" / "ppl_vs_length.json")
+  assert result == json.loads(json.dumps(out["algorithmic"]))
+  assert result["task"] == "copy" and result["step"] == 4
+  assert result["config_hash"] == train.config_hash(c)
+  assert (result["train_min_size"], result["train_max_size"]) == (1, 3)
+  rows = result["rows"]
+  assert [r["size"] for r in rows] == [1, 2, 3, 4, 5, 6]
+  assert [r["in_distribution"] for r in rows] == [True] * 3 + [False] * 3
+  for r in rows[:3]:  # learned table of train_len = 8 positions: sizes 1..3 fit (T = 2n + 2)
+    assert r["examples"] == 8 and 0 <= r["exact_match"] <= r["token_accuracy"] <= 1
+  for r in rows[3:]:
+    assert r["examples"] == 0 and r["exact_match"] is None and "learned" in r["skipped"]
+  metrics = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [m["step"] for m in metrics if "val_loss" in m] == [2, 4]
+
+  # The suite on its own (as eval.run calls it) reproduces the numbers.
+  mesh = train.sharding.make_mesh(c.mesh, jax.devices())
+  spec = train.model_spec(c, mesh)
+  params, step = train.restore_params(str(tmp_path), c, spec)
+  again = algorithmic.run_suite(c, str(tmp_path), spec, mesh, params, step)
+  assert again["rows"] == rows
+  text = tiny_config("unused")
+  with pytest.raises(ConfigError, match="data.task.name"):
+    algorithmic.run_suite(text, str(tmp_path), spec, mesh, params, step)
