@@ -75,3 +75,48 @@ def plot_loss_by_position(result: dict, path: str) -> None:
   fig.tight_layout()
   atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
   plt.close(fig)
+
+
+def plot_retrieval_heatmap(result: dict, path: str) -> None:
+  """Retrieval accuracy heatmap: context length (x, tokens) x needle depth (y, 0% at the top).
+
+  The layout of Kamradt's needle-in-a-haystack plots (depth rows, length columns); colour is the
+  cell's accuracy on a fixed 0..1 scale (red -> green), written in each cell; skipped lengths
+  are grey and marked "skip"; a dashed line follows the last column at or below train_len.
+
+  Args:
+    result: a passkey / needle result dict (eval/needle.py): needs "suite", "lengths",
+      "depths", "accuracy" ([length][depth], None = skipped), "train_len", and optionally
+      "scheme", "step", "threshold", "max_length_passing".
+    path: output .png path (written atomically).
+  """
+  import numpy as np  # local: this module otherwise needs matplotlib only
+
+  lengths, depths = result["lengths"], result["depths"]
+  acc = np.array([[np.nan if a is None else a for a in row] for row in result["accuracy"]],
+                 dtype=float).reshape(len(lengths), len(depths)).T  # [depth, length]
+  fig, ax = plt.subplots(figsize=(max(5.5, 1.6 + 0.8 * len(lengths)), 1.8 + 0.3 * len(depths)),
+                         dpi=120)
+  cmap = plt.get_cmap("RdYlGn").copy()
+  cmap.set_bad("#d9d9d9")
+  image = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+  for i in range(len(depths)):
+    for j in range(len(lengths)):
+      text = "skip" if np.isnan(acc[i, j]) else f"{acc[i, j]:.2f}"
+      ax.text(j, i, text, ha="center", va="center", fontsize=7)
+  ax.set_xticks(range(len(lengths)), [str(L) for L in lengths])
+  ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths])
+  inside = [j for j, L in enumerate(lengths) if L <= result["train_len"]]
+  if inside:
+    ax.axvline(max(inside) + 0.5, color="black", linestyle="--", linewidth=1.2)
+  ax.set_xlabel(f"context length (tokens incl. BOS); dashed: train_len={result['train_len']}",
+                fontsize=8)
+  ax.set_ylabel("needle depth", fontsize=8)
+  passing = result.get("max_length_passing")
+  ax.set_title(f"{result['suite']}: {result.get('scheme', 'model')}, step {result.get('step', '?')}\n"
+               f"largest length with accuracy >= {result.get('threshold', '?')} (and all shorter): "
+               f"{passing if passing is not None else 'none'}", fontsize=8)
+  fig.colorbar(image, ax=ax, label="accuracy", fraction=0.04)
+  fig.tight_layout()
+  atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
+  plt.close(fig)
