@@ -1,0 +1,415 @@
+"""Passkey and needle retrieval: accuracy on a grid of context lengths x needle depths.
+
+Protocol (both suites; prompts from data/passkey.py):
+
+  grid      lengths: the run's evaluation lengths, round(m * data.train_len) tokens for m in
+            eval.length_multipliers (BOS included; the prompt is exactly that long); depths:
+            eval.<suite>.depths (default 0, 0.1, ..., 1: the share of filler / haystack tokens
+            before the needle, snapped to a sentence or line boundary; the snapped value is
+            recorded per trial); eval.<suite>.trials prompts per cell, each with its own random
+            key, drawn from (eval.<suite>.seed, length, depth, trial) only, so every scheme and
+            checkpoint sees byte-identical prompts.
+  decoding  greedy, with a KV cache (models.decoding.make_generate_fn): the prompt at positions
+            0..L-1 as one document, then eval.<suite>.max_new_tokens tokens at positions L, L+1,
+            ... The prompts of one length run in batches of at most eval.batch_tokens tokens.
+  scoring   exact match of digits: the continuation is decoded up to its first special token
+            (BOS/EOS/PAD); its first maximal run of ASCII digits [0-9]+ must equal the answer.
+            " 71432." and " is 71432" are correct for key 71432; " 7143", " 714321", " 71 432"
+            and "" are wrong. (Mohtashami & Jaggi's test_model compares the first `\\d+` of the
+            response with the key, likewise.)
+  summary   accuracy per cell, per length (all depths and trials pooled), and
+            max_length_passing: the largest evaluated length L such that every evaluated length
+            <= L has accuracy >= eval.<suite>.threshold (None if the shortest fails). This is
+            the "for all k' <= k" rule of Position Interpolation's effective context window
+            (Chen et al., arXiv 2306.15595, Section 3.3), whose threshold is a 20% success rate
+            per distance k; the default here, 0.9, asks that the model retrieves from nearly
+            every depth at that length (set 0.2 for PI's criterion per length).
+  skipped   lengths the scheme cannot represent (the decoder needs positions up to
+            L + max_new_tokens - 2, so L + max_new_tokens - 1 <= spec.max_position), and lengths
+            shorter than the prompt's fixed parts, are recorded with the reason and not run.
+
+Results: `<workdir>/eval/passkey.json` / `needle.json` and the heatmaps `passkey.png` /
+`needle.png` (length x depth), written atomically; with an eval-time extension
+(eval.extension) the names get the suffix `_<extension>_x<factor>`, as ppl_vs_length's do.
+
+Sources: passkey prompt of Mohtashami & Jaggi (Landmark Attention, arXiv 2305.16300, Appendix),
+as used by PI (arXiv 2306.15595, Figure 3); needle: RULER single needle (Hsieh et al., arXiv
+2404.06654); the length x depth heatmap follows Kamradt's needle-in-a-haystack plots.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from configs.validate import ConfigError, check_retrieval, eval_lengths
+from data import passkey as prompts_lib
+from data.corpora import Document
+from data.tokenizers import ByteTokenizer
+from eval import plots
+from eval.files import write_json
+from eval.perplexity import batch_parallelism
+
+SUITES = ("passkey", "needle")
+SCORING = ("exact match: the greedy continuation, cut at its first special token (BOS/EOS/PAD), "
+           "is decoded as UTF-8; its first maximal run of ASCII digits [0-9]+ must equal the "
+           "answer")
+MAX_LENGTH_RULE = ("the largest evaluated length L such that every evaluated (not skipped) "
+                   "length <= L has accuracy >= threshold; null when the shortest fails "
+                   "(PI's 'for all k' <= k' rule, arXiv 2306.15595, Section 3.3)")
+SOURCES = {
+    "passkey": "Mohtashami & Jaggi, Landmark Attention, arXiv 2305.16300, Appendix (prompt); "
+               "Chen et al., Position Interpolation, arXiv 2306.15595, Section 3.3 and Figure 3",
+    "needle": "Hsieh et al., RULER, arXiv 2404.06654 (single key-value needle, niah)",
+}
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+def continuation_text(tokenizer: ByteTokenizer, ids) -> str:
+  """Decodes generated ids up to (not including) the first BOS, EOS or PAD.
+
+  Args:
+    tokenizer: the byte tokenizer.
+    ids: int [n] generated token ids.
+
+  Returns:
+    The text (invalid UTF-8 becomes U+FFFD).
+  """
+  ids = np.asarray(ids).reshape(-1)
+  special = np.isin(ids, [tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id])
+  end = int(np.argmax(special)) if special.any() else len(ids)
+  return tokenizer.decode(ids[:end])
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def first_digit_run(text: str) -> str | None:
+  """The first maximal run of ASCII digits in `text` ("7143" in " 7143 2"), or None."""
+  match = _DIGITS.search(text)
+  return match.group() if match else None
+
+
+def is_correct(continuation: str, answer: str) -> bool:
+  """Exact match: the first run of ASCII digits of `continuation` equals `answer`.
+
+  " 71432." -> True for answer "71432"; " 7143", " 714321", "71 432", "" -> False.
+  """
+  return first_digit_run(continuation) == answer
+
+
+# ---------------------------------------------------------------------------- the grid
+
+
+def settings(config, suite: str):
+  """`config.eval.<suite>`, after checking the retrieval fields.
+
+  Raises:
+    ConfigError: unknown suite, or a bad field (configs.validate.check_retrieval).
+  """
+  if suite not in SUITES:
+    raise ConfigError(f"retrieval suite {suite!r} is not supported; choose one of {list(SUITES)}")
+  check_retrieval(config)
+  return config.eval[suite]
+
+
+def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
+                   haystack_docs: Sequence[Document] = ()):
+  """The prompt builder of `suite` with the run's format fields.
+
+  passkey: data/passkey.PasskeyPrompts with data.passkey.preamble and key_digits (the format the
+  run trained on, if it mixed in passkey documents). needle: NeedlePrompts over `haystack_docs`
+  with eval.needle.preamble and value_digits.
+
+  Raises:
+    ConfigError: needle without haystack documents (names eval.split).
+  """
+  if suite == "passkey":
+    p = config.data.passkey
+    return prompts_lib.PasskeyPrompts(tokenizer, preamble=p.preamble, key_digits=p.key_digits)
+  if not any(d.data for d in haystack_docs):
+    raise ConfigError(f"the needle suite needs held-out documents; eval.split={config.eval.split!r} "
+                      "has none")
+  n = config.eval.needle
+  return prompts_lib.NeedlePrompts(tokenizer, haystack_docs, preamble=n.preamble,
+                                   value_digits=n.value_digits)
+
+
+def skip_reasons(lengths: Sequence[int], *, min_length: int, max_new_tokens: int,
+                 max_position: int | None, kind: str, hint: str = "",
+                 format_note: str = "") -> dict[int, str]:
+  """Why each length that cannot be evaluated is skipped.
+
+  Args:
+    lengths: prompt lengths, tokens.
+    min_length: tokens of the prompt's fixed parts (no filler).
+    max_new_tokens: tokens decoded after the prompt.
+    max_position: positions the scheme represents (train.ModelSpec.max_position; None = any).
+    kind: model.position.kind (for the message).
+    hint: the scheme's advice for longer contexts (ModelSpec.max_position_hint).
+    format_note: the format fields that set min_length (for the message).
+
+  Returns:
+    {length: reason} for the lengths to skip.
+  """
+  reasons = {}
+  for length in lengths:
+    if length < min_length:
+      reasons[length] = f"the prompt needs at least {min_length} tokens ({format_note})"
+    elif max_position is not None and length + max_new_tokens - 1 > max_position:
+      reasons[length] = (f"model.position.kind={kind!r} represents positions < {max_position} only "
+                         f"and decoding needs {length + max_new_tokens - 1} ({hint})")
+  return reasons
+
+
+def grid_prompts(builder, lengths: Sequence[int], depths: Sequence[float], trials: int,
+                 seed: int) -> dict[int, list[list[prompts_lib.RetrievalPrompt]]]:
+  """The prompts of every cell: {length: [depth index][trial] -> RetrievalPrompt}.
+
+  Each prompt is `builder.cell(length, depth, trial, seed)`: a function of these values only.
+  """
+  return {L: [[builder.cell(L, d, t, seed) for t in range(trials)] for d in depths]
+          for L in lengths}
+
+
+def generate_batched(generate: Callable[[np.ndarray], np.ndarray], prompts: np.ndarray, *,
+                     batch_size: int, parallelism: int = 1,
+                     bar: tqdm | None = None) -> np.ndarray:
+  """Runs `generate` over the rows of `prompts` in batches of one fixed size (one compilation).
+
+  Args:
+    generate: int32 [batch, L] prompts -> int [batch, max_new_tokens] generated ids.
+    prompts: int32 [n, L].
+    batch_size: rows per call; rounded up to a multiple of `parallelism` and capped at n rounded
+      up likewise. The last batch is padded with copies of row 0 (their outputs are dropped).
+    parallelism: the batch must be a multiple of this (mesh data * fsdp).
+    bar: a tqdm bar advanced by the rows done.
+
+  Returns:
+    int32 [n, max_new_tokens], row i generated from prompts[i].
+  """
+  n = len(prompts)
+  par = max(1, parallelism)
+  rows = -(-max(1, batch_size) // par) * par
+  rows = min(rows, -(-n // par) * par)
+  out = []
+  for lo in range(0, n, rows):
+    chunk = prompts[lo:lo + rows]
+    if len(chunk) < rows:
+      chunk = np.concatenate([chunk, np.repeat(prompts[:1], rows - len(chunk), axis=0)])
+    out.append(np.asarray(generate(chunk), np.int32)[:min(rows, n - lo)])
+    if bar is not None:
+      bar.update(min(rows, n - lo))
+  return np.concatenate(out)
+
+
+def max_length_passing(rows: Sequence[dict], threshold: float) -> int | None:
+  """The largest length such that it and every shorter evaluated length have accuracy >= threshold.
+
+  Args:
+    rows: per-length dicts with "length" and "accuracy" (None = skipped, ignored).
+    threshold: accuracy needed, in (0, 1].
+
+  Returns:
+    A length in tokens, or None when the shortest evaluated length fails (or none was evaluated).
+  """
+  best = None
+  for row in sorted(rows, key=lambda r: r["length"]):
+    if row["accuracy"] is None:
+      continue
+    if row["accuracy"] < threshold:
+      break
+    best = row["length"]
+  return best
+
+
+def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
+                  generate_for_length: Callable[[int], Callable[[np.ndarray], np.ndarray]], *,
+                  skip: Mapping[int, str] | None = None, parallelism: int = 1) -> dict:
+  """Builds, decodes and scores the whole grid of `suite`; returns the result (not written).
+
+  Args:
+    suite: "passkey" | "needle".
+    config: the run's config (eval.<suite>, eval.length_multipliers, eval.batch_tokens,
+      data.train_len).
+    builder: from `prompt_builder`.
+    tokenizer: the byte tokenizer.
+    generate_for_length: L -> a function int32 [batch, L] prompts -> int [batch,
+      max_new_tokens] greedy continuations (e.g. make_generate_fn's, with the parameters bound).
+    skip: {length: reason} for lengths not to run (see `skip_reasons`).
+    parallelism: batch multiple (mesh data * fsdp).
+
+  Returns:
+    The result dict (module docstring): lengths, depths, per-cell accuracy and outputs, per
+    length accuracy, the accuracy matrix [length][depth] (None = skipped) and
+    max_length_passing.
+  """
+  s = config.eval[suite]
+  skip = dict(skip or {})
+  lengths = eval_lengths(config)
+  depths = [float(d) for d in s.depths]
+  run = [L for L in lengths if L not in skip]
+  prompts = grid_prompts(builder, run, depths, s.trials, s.seed)
+  cells, rows, matrix = [], [], []
+  total = len(run) * len(depths) * s.trials
+  with tqdm(total=total, desc=suite, leave=False, disable=total == 0) as bar:
+    for length in lengths:
+      multiplier = length / config.data.train_len
+      if length in skip:
+        rows.append({"length": length, "multiplier": multiplier, "accuracy": None, "correct": 0,
+                     "prompts": 0, "skipped": skip[length]})
+        matrix.append([None] * len(depths))
+        cells += [{"length": length, "depth": d, "accuracy": None, "correct": 0, "trials": 0,
+                   "skipped": skip[length]} for d in depths]
+        continue
+      flat = [p for per_depth in prompts[length] for p in per_depth]
+      batch = max(1, config.eval.batch_tokens // (length + s.max_new_tokens))
+      generated = generate_batched(generate_for_length(length), np.stack([p.tokens for p in flat]),
+                                   batch_size=batch, parallelism=parallelism, bar=bar)
+      row_correct, accs = 0, []
+      for i, depth in enumerate(depths):
+        outputs = []
+        for t, p in enumerate(prompts[length][i]):
+          text = continuation_text(tokenizer, generated[i * s.trials + t])
+          outputs.append({"answer": p.answer, "key": p.key, "output": text,
+                          "correct": is_correct(text, p.answer), "actual_depth": p.actual_depth,
+                          "needle_start": p.needle_start,
+                          "distance_to_end": length - p.needle_start})
+        correct = sum(o["correct"] for o in outputs)
+        row_correct += correct
+        accs.append(correct / len(outputs))
+        cells.append({"length": length, "depth": depth, "accuracy": correct / len(outputs),
+                      "correct": correct, "trials": len(outputs),
+                      "mean_actual_depth": float(np.mean([o["actual_depth"] for o in outputs])),
+                      "outputs": outputs})
+      matrix.append(accs)
+      rows.append({"length": length, "multiplier": multiplier,
+                   "accuracy": row_correct / len(flat), "correct": row_correct,
+                   "prompts": len(flat)})
+  return {
+      "suite": suite, "train_len": config.data.train_len, "lengths": lengths,
+      "multipliers": [L / config.data.train_len for L in lengths], "depths": depths,
+      "trials": s.trials, "seed": s.seed, "threshold": s.threshold,
+      "max_new_tokens": s.max_new_tokens, "scoring": SCORING, "source": SOURCES[suite],
+      "accuracy": matrix, "rows": rows, "cells": cells,
+      "max_length_passing": max_length_passing(rows, s.threshold),
+      "max_length_passing_rule": MAX_LENGTH_RULE,
+  }
+
+
+def _prompt_format(suite: str, config, builder) -> dict:
+  """The prompt's format fields and template strings (recorded in the result)."""
+  if suite == "passkey":
+    p = config.data.passkey
+    return {"preamble": p.preamble, "key_digits": p.key_digits, "min_length": builder.min_length,
+            "preamble_text": prompts_lib.PASSKEY_PREAMBLE,
+            "filler": " ".join(prompts_lib.PASSKEY_FILLER),
+            "needle": prompts_lib.PASSKEY_NEEDLE, "question": prompts_lib.PASSKEY_QUESTION,
+            "layout": "[preamble\\n]filler[:b]\\nneedle\\nfiller[:F-b]\\nquestion"}
+  n = config.eval.needle
+  return {"preamble": n.preamble, "value_digits": n.value_digits, "min_length": builder.min_length,
+          "preamble_text": prompts_lib.NEEDLE_PREAMBLE, "needle": prompts_lib.NEEDLE_TEMPLATE,
+          "question": prompts_lib.NEEDLE_QUESTION,
+          "layout": "[preamble\\n]haystack[:b]needle\\nhaystack[b:F]\\nquestion",
+          "haystack_tokens": int(len(builder.haystack.tokens))}
+
+
+def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, docs, tokenizer,
+              suffix: str | None = None) -> dict:
+  """Runs the `suite` grid on a model and writes `<workdir>/eval/<suite><suffix>.{json,png}`.
+
+  Args:
+    suite: "passkey" | "needle".
+    config: the run's config (after any eval-time extension was applied to it).
+    workdir: the run's directory.
+    spec: train.ModelSpec (graphdef, max_position, max_position_hint).
+    mesh: device mesh.
+    params: the model's parameter pure dict (shardings of spec).
+    step: the checkpoint's step (recorded).
+    docs: the corpus splits {"train", "validation", "test"} (the needle's haystack is
+      docs[eval.split]), or the held-out documents themselves as a list.
+    tokenizer: the byte tokenizer.
+    suffix: appended to the file names; None = "" without an eval-time extension, else
+      "_<eval.extension>_x<eval.factor>" (as eval.run names ppl_vs_length files).
+
+  Returns:
+    The result dict, as written to the JSON (see `evaluate_grid`; plus scheme, step,
+    config_hash, extension, prompt format, split and documents).
+
+  Raises:
+    ConfigError: a bad retrieval field, a needle suite without held-out text, or no length long
+      enough for the prompt; all before compilation.
+  """
+  from models.decoding import make_generate_fn  # here: prompts and scoring need no model code
+  from train import config_hash  # here: train imports the eval modules
+  s = settings(config, suite)
+  if isinstance(docs, Mapping):
+    held_out = list(docs.get(config.eval.split, ()))
+  else:
+    held_out = list(docs)
+  builder = prompt_builder(config, suite, tokenizer, held_out if suite == "needle" else ())
+  lengths = eval_lengths(config)
+  if suite == "passkey":
+    note = (f"data.passkey.preamble={config.data.passkey.preamble}, "
+            f"key_digits={config.data.passkey.key_digits}")
+  else:
+    note = f"eval.needle.preamble={s.preamble}, value_digits={s.value_digits}"
+  skip = skip_reasons(lengths, min_length=builder.min_length, max_new_tokens=s.max_new_tokens,
+                      max_position=spec.max_position, kind=config.model.position.kind,
+                      hint=spec.max_position_hint, format_note=note)
+  if all(L < builder.min_length for L in lengths):
+    raise ConfigError(f"every evaluation length {lengths} is shorter than the {builder.min_length} "
+                      f"tokens the {suite} prompt needs ({note}); raise eval.length_multipliers "
+                      "or drop the preamble")
+  if skip:
+    print(f"{suite}: skipping lengths {sorted(skip)}: " + "; ".join(sorted(set(skip.values()))))
+
+  def generate_for_length(length: int):
+    fn = make_generate_fn(spec.graphdef, mesh, prompt_len=length, max_new_tokens=s.max_new_tokens)
+    return lambda prompts: jax.device_get(fn(params, prompts))
+
+  result = evaluate_grid(suite, config, builder, tokenizer, generate_for_length, skip=skip,
+                         parallelism=batch_parallelism(mesh))
+  extension = config.eval.get("extension", "none")
+  factor = config.eval.get("factor", 1.0)
+  if suffix is None:
+    suffix = "" if extension == "none" else f"_{extension}_x{factor:g}"
+  result.update({
+      "scheme": config.model.position.kind, "step": int(step),
+      "config_hash": config_hash(config),
+      "extension": extension, "extension_factor": factor,
+      "prompt": _prompt_format(suite, config, builder)})
+  if suite == "needle":
+    result.update({"split": config.eval.split, "documents": len(held_out)})
+  if jax.process_index() == 0:
+    out = os.path.join(workdir, "eval")
+    write_json(os.path.join(out, f"{suite}{suffix}.json"), result)
+    plots.plot_retrieval_heatmap(result, os.path.join(out, f"{suite}{suffix}.png"))
+  return result
+
+
+def run_passkey(config, workdir: str, spec, mesh, params, step: int, docs, tokenizer,
+                suffix: str | None = None) -> dict:
+  """The passkey grid (Mohtashami & Jaggi, arXiv 2305.16300; PI, arXiv 2306.15595): writes
+  `<workdir>/eval/passkey.{json,png}`. See `run_suite` for the arguments, result and errors."""
+  return run_suite("passkey", config, workdir, spec, mesh, params, step, docs, tokenizer, suffix)
+
+
+def run_needle(config, workdir: str, spec, mesh, params, step: int, docs, tokenizer,
+               suffix: str | None = None) -> dict:
+  """The needle grid (RULER single needle, arXiv 2404.06654) in held-out text of eval.split:
+  writes `<workdir>/eval/needle.{json,png}`. See `run_suite` for the arguments, result and
+  errors."""
+  return run_suite("needle", config, workdir, spec, mesh, params, step, docs, tokenizer, suffix)
+
+
+__all__ = ["SUITES", "continuation_text", "evaluate_grid", "first_digit_run", "generate_batched",
+           "grid_prompts", "is_correct", "max_length_passing", "prompt_builder", "run_needle",
+           "run_passkey", "run_suite", "skip_reasons"]
