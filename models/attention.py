@@ -6,40 +6,103 @@ The attention module knows nothing of any scheme: it calls `scheme.rotate` on q/
 
 from __future__ import annotations
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from models.position_transforms import PositionTransform
 from models.positions import Dims, PositionalScheme
 
 
+@flax.struct.dataclass
+class KVCache:
+  """One layer's key/value cache for incremental decoding (a pytree).
+
+  Keys are stored before the scheme's `rotate`, so every step re-applies the scheme to all keys
+  with their positions: the result equals full recomputation for every scheme, at the cost of
+  one rotation of the cache per step.
+
+  Attributes:
+    k, v: [batch, max_len, heads, head_dim] in the compute dtype; slots >= index are unused.
+    positions: int32 [batch, max_len] position ids of the cached slots (shared by all layers).
+    segment_ids: int32 [batch, max_len] document ids of the cached slots.
+    index: int32 scalar, the slot of the first token of the current call.
+  """
+
+  k: jax.Array
+  v: jax.Array
+  positions: jax.Array
+  segment_ids: jax.Array
+  index: jax.Array
+
+
 def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = None,
-                   k_segment_ids: jax.Array | None = None, window: int = 0) -> jax.Array:
+                   k_segment_ids: jax.Array | None = None, window: int = 0,
+                   q_offset: jax.Array | None = None) -> jax.Array:
   """Boolean mask, True where query i may attend to key j.
 
-  Causality is by index: query i sees keys j <= i + (k_len - q_len) (the last q_len of k_len
-  positions, as in decoding with a cache). With segment ids, only keys of the same document.
-  With `window` > 0 (sliding-window attention, Beltagy et al., arXiv 2004.05150), only the
-  `window` most recent keys, the query's own included.
+  Causality is by index: query i sees keys j <= i + offset, where the offset is `q_offset` (the
+  slot of the first query in a KV cache of k_len slots) or, by default, k_len - q_len (the
+  queries are the last q_len of the k_len positions). With segment ids, only keys of the same
+  document. With `window` > 0 (sliding-window attention, Beltagy et al., arXiv 2004.05150), only
+  the `window` most recent keys, the query's own included.
 
   Args:
     q_len, k_len: lengths, tokens.
     q_segment_ids: int32 [batch, q_len] or None; k_segment_ids: int32 [batch, k_len] or None.
     window: keys visible per query, tokens; 0 = unlimited.
+    q_offset: int32 scalar (may be traced) or None.
 
   Returns:
     bool [batch or 1, 1, q_len, k_len].
   """
-  query_index = np.arange(q_len)[:, None] + (k_len - q_len)
-  causal = query_index >= np.arange(k_len)[None, :]
-  if window > 0:
-    causal &= query_index - np.arange(k_len)[None, :] < window
-  mask = jnp.asarray(causal)[None, None]
+  if q_offset is None:
+    query_index = np.arange(q_len)[:, None] + (k_len - q_len)
+    causal = query_index >= np.arange(k_len)[None, :]
+    if window > 0:
+      causal &= query_index - np.arange(k_len)[None, :] < window
+    mask = jnp.asarray(causal)[None, None]
+  else:
+    distance = (q_offset + jnp.arange(q_len))[:, None] - jnp.arange(k_len)[None, :]
+    causal = distance >= 0
+    if window > 0:
+      causal &= distance < window
+    mask = causal[None, None]
   if q_segment_ids is not None:
     same = q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :]
     mask = mask & same
   return mask
+
+
+def attention_logits(q: jax.Array, k: jax.Array, scale: float | None = None) -> jax.Array:
+  """float32 logits `scale * q k^T` [batch, heads, q_len, k_len].
+
+  Args:
+    q: [batch, q_len, heads, head_dim]; k: [batch, k_len, heads, head_dim].
+    scale: default 1 / sqrt(head_dim) (Vaswani et al., arXiv 1706.03762, Eq. 1).
+  """
+  scale = q.shape[-1] ** -0.5 if scale is None else scale
+  # Heads-major layout for the batched matmul (faster on XLA:CPU than "bqhd,bkhd").
+  qh, kh = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
+  return jnp.einsum("bhqd,bhkd->bhqk", qh * jnp.asarray(scale, q.dtype), kh,
+                    preferred_element_type=jnp.float32)
+
+
+def attend(logits: jax.Array, mask: jax.Array, v: jax.Array) -> jax.Array:
+  """`softmax(logits + mask) v`: masked entries set to the float32 minimum, softmax in float32.
+
+  Args:
+    logits: float32 [batch, heads, q_len, k_len]; mask: bool [batch or 1, 1, q_len, k_len];
+    v: [batch, k_len, heads, head_dim].
+
+  Returns:
+    [batch, q_len, heads, head_dim] in v's dtype.
+  """
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  return jnp.einsum("bhqk,bhkd->bhqd", probs, v.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
@@ -62,18 +125,12 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   Returns:
     [batch, q_len, heads, head_dim] in q's dtype.
   """
-  scale = q.shape[-1] ** -0.5 if scale is None else scale
-  # Heads-major layout for the two batched matmuls (faster on XLA:CPU than "bqhd,bkhd").
-  qh, kh, vh = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
-  logits = jnp.einsum("bhqd,bhkd->bhqk", qh * jnp.asarray(scale, q.dtype), kh,
-                      preferred_element_type=jnp.float32)
+  logits = attention_logits(q, k, scale)
   if bias is not None:
     logits = logits + bias
   if mask is None:
     mask = attention_mask(q.shape[1], k.shape[1], q_segment_ids, k_segment_ids)
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-  return jnp.einsum("bhqk,bhkd->bhqd", probs, vh).transpose(0, 2, 1, 3)
+  return attend(logits, mask, v).astype(q.dtype)
 
 
 def logn_scale(positions: jax.Array, train_len: int) -> jax.Array:
@@ -100,12 +157,14 @@ class Attention(nnx.Module):
   """
 
   def __init__(self, dims: Dims, layer: int, *, dtype, rngs: nnx.Rngs, chunk: int = 0,
-               window: int = 0, logn_scaling: bool = False):
+               window: int = 0, logn_scaling: bool = False,
+               transform: PositionTransform = PositionTransform()):
     """Args:
       dims: model sizes; layer: this block's index (passed to the scheme's hooks).
       chunk: query chunk length in tokens for long sequences (0 = never chunk).
       window: sliding-window size in tokens for this layer (0 = full causal attention).
       logn_scaling: scale queries by log(n) / log(train_len), n = position + 1 (see `logn_scale`).
+      transform: eval-time position-id transform (models/position_transforms.py); default none.
     """
     init = nnx.initializers.normal(dims.init_std)
     out_init = nnx.initializers.normal(dims.init_std / np.sqrt(2 * dims.num_layers))
@@ -122,10 +181,24 @@ class Attention(nnx.Module):
     self.chunk = chunk
     self.window = window
     self.logn_train_len = dims.train_len if logn_scaling else 0
+    self.transform = transform
 
   def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
-               scheme: PositionalScheme) -> jax.Array:
-    """x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq] -> [batch, seq, d_model]."""
+               scheme: PositionalScheme, cache: KVCache | None = None):
+    """One attention layer, over a whole sequence or a step of decoding with a KV cache.
+
+    Args:
+      x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq].
+      scheme: the model's positional scheme.
+      cache: None, or this layer's `KVCache` whose `positions`/`segment_ids` already hold the
+        new tokens' entries at slots index .. index + seq - 1 (see `models.decoder`). Keys and
+        values are cached before rotation, and the scheme's hooks see every cached key each
+        call, so cached decoding equals full recomputation for every scheme (dynamic NTK, xPos,
+        STRING included).
+
+    Returns:
+      [batch, seq, d_model], or ([batch, seq, d_model], the updated KVCache) with a cache.
+    """
     b, s, d = x.shape
     x2 = x.reshape(b * s, d)  # 2-D matmuls are much faster than 3-D einsums on XLA:CPU
 
@@ -134,19 +207,54 @@ class Attention(nnx.Module):
       return (x2 @ w.reshape(d, -1)).reshape(b, s, w.shape[1], w.shape[2])
 
     q, k, v = project(self.wq), project(self.wk), project(self.wv)
-    q, k = scheme.rotate(q, k, positions, positions, self.layer)
-    if self.logn_train_len:
-      q = q * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(q.dtype)
-    # Query chunks bound memory to O(seq x chunk) per head; causality means chunk [c0, c1) only
-    # needs keys [0, c1), which also skips the masked upper triangle between chunks.
+    if cache is None:
+      k_positions, k_segment_ids, q_offset = positions, segment_ids, None
+    else:
+      at = (0, cache.index, 0, 0)
+      k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), at)
+      v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), at)
+      k_positions, k_segment_ids, q_offset = cache.positions, cache.segment_ids, cache.index
+      cache = cache.replace(k=k, v=v)
+    branches = self.transform.branches(positions, k_positions)
+    rotated = []
+    for br in branches:
+      qr, kr = scheme.rotate(q, k, br.q_positions, br.k_positions, self.layer)
+      if self.logn_train_len:
+        qr = qr * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(qr.dtype)
+      rotated.append((qr, kr))
+    # Query chunks bound memory to O(seq x chunk) per head; without a cache, causality means
+    # chunk [c0, c1) only needs keys [0, c1), which also skips the masked upper triangle.
     chunk = self.chunk if 0 < self.chunk < s else s
+    k_len = k.shape[1]
     outs = []
     for c0 in range(0, s, chunk):
       c1 = min(c0 + chunk, s)
-      mask = attention_mask(c1 - c0, c1, segment_ids[:, c0:c1], segment_ids[:, :c1], self.window)
-      qc, kc = q[:, c0:c1], k[:, :c1]
-      bias = scheme.bias(positions[:, c0:c1], positions[:, :c1], self.layer, q=qc, k=kc, mask=mask)
-      outs.append(dot_product_attention(qc, kc, v[:, :c1], bias=bias, mask=mask))
+      k_end = c1 if cache is None else k_len
+      offset = None if cache is None else q_offset + c0
+      mask = attention_mask(c1 - c0, k_end, segment_ids[:, c0:c1], k_segment_ids[:, :k_end],
+                            self.window, offset)
+      if len(branches) == 1:
+        (qr, kr), br = rotated[0], branches[0]
+        qc, kc = qr[:, c0:c1], kr[:, :k_end]
+        bias = scheme.bias(br.q_positions[:, c0:c1], br.k_positions[:, :k_end], self.layer,
+                           q=qc, k=kc, mask=mask)
+        outs.append(dot_product_attention(qc, kc, v[:, :k_end], bias=bias, mask=mask))
+        continue
+      distance = (positions[:, c0:c1, None] - k_positions[:, None, :k_end])[:, None]
+      k_pos = k_positions[:, None, None, :k_end]
+      logits, covered = None, None
+      for (qr, kr), br in zip(rotated, branches):
+        qc, kc = qr[:, c0:c1], kr[:, :k_end]
+        branch_logits = attention_logits(qc, kc)
+        bias = scheme.bias(br.q_positions[:, c0:c1], br.k_positions[:, :k_end], self.layer,
+                           q=qc, k=kc, mask=mask)
+        if bias is not None:
+          branch_logits = branch_logits + bias
+        region = br.region(distance, k_pos)
+        logits = branch_logits if logits is None else jnp.where(region, branch_logits, logits)
+        covered = region if covered is None else covered | region
+      outs.append(attend(logits, mask & covered, v[:, :k_end]).astype(q.dtype))
     out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
     wo = self.wo[...].astype(self.dtype)
-    return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
+    out = (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
+    return out if cache is None else (out, cache)

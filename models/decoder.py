@@ -13,7 +13,8 @@ import numpy as np
 from flax import nnx
 
 from models import positions
-from models.attention import Attention
+from models.attention import Attention, KVCache
+from models.position_transforms import PositionTransform
 from models.positions import Dims
 
 
@@ -68,22 +69,30 @@ class Block(nnx.Module):
   """One pre-norm decoder block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
   def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
-               attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False):
+               attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False,
+               transform: PositionTransform = PositionTransform()):
     self.attn_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
                                  param_dtype=dims.param_dtype, rngs=rngs)
     self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk,
-                               window=window, logn_scaling=logn_scaling)
+                               window=window, logn_scaling=logn_scaling, transform=transform)
     self.mlp_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
                                 param_dtype=dims.param_dtype, rngs=rngs)
     self.mlp = MLP(dims, mlp_dim, activation, dtype=dtype, rngs=rngs)
     self.dtype = dtype
 
-  def __call__(self, x, positions, segment_ids, scheme):
-    """x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq]."""
+  def __call__(self, x, positions, segment_ids, scheme, cache: KVCache | None = None):
+    """x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq].
+
+    Returns [batch, seq, d_model], or (that, the updated KVCache) when `cache` is given.
+    """
     h = self.attn_norm(x).astype(self.dtype)
-    x = x + self.attention(h, positions, segment_ids, scheme)
+    attended = self.attention(h, positions, segment_ids, scheme, cache)
+    if cache is not None:
+      attended, cache = attended
+    x = x + attended
     h = self.mlp_norm(x).astype(self.dtype)
-    return x + self.mlp(h)
+    x = x + self.mlp(h)
+    return x if cache is None else (x, cache)
 
 
 class Decoder(nnx.Module):
@@ -103,14 +112,16 @@ class Decoder(nnx.Module):
     dims = Dims.from_config(config)
     self.dtype = jnp.dtype(m.dtype)
     self.position = positions.build(m.position, dims, rngs=rngs)
+    transform = PositionTransform.from_config(m.position, dims.train_len)
     self.embedding = nnx.Param(
         nnx.initializers.normal(m.init_std)(rngs.params(), (m.vocab_size, m.d_model), m.param_dtype),
         logical_axes=("vocab", "embed"))
     self.blocks = nnx.List([
         Block(dims, i, m.mlp_dim, m.mlp_activation, dtype=self.dtype, rngs=rngs,
               attention_chunk=m.attention_chunk, window=layer_window(m, i),
-              logn_scaling=m.logn_scaling)
+              logn_scaling=m.logn_scaling, transform=transform)
         for i in range(m.num_layers)])
+    self.num_heads, self.head_dim = dims.num_heads, dims.head_dim
     self.final_norm = nnx.RMSNorm(m.d_model, epsilon=1e-6, dtype=jnp.float32,
                                   param_dtype=m.param_dtype, rngs=rngs)
     self.tie_embeddings = m.tie_embeddings
@@ -121,12 +132,49 @@ class Decoder(nnx.Module):
 
   def __call__(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
     """tokens, positions, segment_ids: int32 [batch, seq] -> float32 logits [batch, seq, vocab]."""
+    return self._forward(tokens, positions, segment_ids, None)[0]
+
+  def init_cache(self, batch: int, max_len: int) -> list[KVCache]:
+    """An empty KV cache: one `KVCache` per layer, max_len slots (tokens), compute dtype."""
+    shape = (batch, max_len, self.num_heads, self.head_dim)
+    zeros = jnp.zeros(shape, self.dtype)
+    ids = jnp.zeros((batch, max_len), jnp.int32)
+    return [KVCache(zeros, zeros, ids, ids, jnp.zeros((), jnp.int32)) for _ in self.blocks]
+
+  def decode(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array,
+             cache: list[KVCache]) -> tuple[jax.Array, list[KVCache]]:
+    """Runs `tokens` on top of the cache (a prompt's prefill or one decoding step).
+
+    Args:
+      tokens, positions, segment_ids: int32 [batch, seq], the next seq tokens; positions carry on
+        from the cached ones (e.g. prompt_len + t at step t).
+      cache: from `init_cache` or a previous `decode`; needs index + seq <= max_len slots.
+
+    Returns:
+      (float32 logits [batch, seq, vocab], the cache with these tokens appended). The logits
+      equal those of `__call__` on the whole sequence so far at the same positions.
+    """
+    index = cache[0].index
+    at = (0, index)
+    k_positions = jax.lax.dynamic_update_slice(cache[0].positions, positions, at)
+    k_segment_ids = jax.lax.dynamic_update_slice(cache[0].segment_ids, segment_ids, at)
+    cache = [c.replace(positions=k_positions, segment_ids=k_segment_ids) for c in cache]
+    logits, cache = self._forward(tokens, positions, segment_ids, cache)
+    seq = tokens.shape[1]
+    return logits, [c.replace(index=c.index + seq) for c in cache]
+
+  def _forward(self, tokens, positions, segment_ids, cache):
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
     x = self.position.embed(x, positions)
-    for block in self.blocks:
-      x = block(x, positions, segment_ids, self.position)
+    new_cache = []
+    for i, block in enumerate(self.blocks):
+      if cache is None:
+        x = block(x, positions, segment_ids, self.position)
+      else:
+        x, layer_cache = block(x, positions, segment_ids, self.position, cache[i])
+        new_cache.append(layer_cache)
     x = self.final_norm(x).astype(self.dtype)
     head = self.embedding[...].T if self.tie_embeddings else self.head[...]
     logits = jnp.dot(x.reshape(-1, x.shape[-1]), head.astype(self.dtype),
                      preferred_element_type=jnp.float32)
-    return logits.reshape(*tokens.shape, -1)
+    return logits.reshape(*tokens.shape, -1), new_cache

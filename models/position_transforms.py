@@ -1,0 +1,200 @@
+"""Eval-time position-id transforms for relative schemes: Self-Extend, STRING, LM-Infinite.
+
+Each method changes the *relative distance* d = i - j that the scheme sees between query
+position i and key position j, piecewise in d. No single pair of position arrays can express a
+piecewise distance, so a transform returns *branches*: each branch is a pair of transformed
+position arrays (fed to the scheme's `rotate` and `bias` hooks unchanged) plus the region of
+original distances where it applies. Attention evaluates the logits of every branch and takes,
+for each (query, key) pair, those of the branch whose region holds it (models/attention.py).
+This works for every scheme that reads positions only through `rotate` and `bias` (RoPE, xPos,
+ALiBi, T5, KERPLE, FIRE, Sandwich); absolute schemes (learned, sinusoidal) and CoPE, whose
+positions come from the context, are refused by `models.rope_scaling.apply_extension`.
+
+Notation: L = training context length (tokens), d = i - j >= 0.
+
+  self_extend  Self-Extend, Jin et al., arXiv 2401.01325, Sec. 3 (Eq. 3-4): neighbour attention
+               for d < W (positions unchanged); grouped attention for d >= W, where the key
+               position is floor(j / G) and the query position floor(i / G) + W - floor(W / G),
+               so distances continue from W - 1 (up to rounding) and grow G times slower.
+               Fields: `self_extend_group` (G), `self_extend_window` (W, tokens).
+  string       STRING, An et al., arXiv 2410.18745, Sec. 4: distances d >= S are shifted to
+               d - S + W (the query position moved back by S - W), overwriting the rarely trained
+               large distances with well-trained ones; d < S is unchanged. Fields:
+               `string_shift` (S, tokens; -1 = per row max(L // 3, n - L + W) with n the row's
+               length, the paper's S = L / 3 widened so the largest distance n - 1 - S + W stays
+               below L) and `string_window` (W, tokens; -1 = L // 16, the paper's 128 at 2K).
+  lm_infinite  LM-Infinite, Han et al., arXiv 2308.16137, Sec. 4: a Lambda-shaped mask (each
+               query sees the first n_global tokens and its n_local most recent keys, nothing
+               else) and a distance ceiling: keys at d >= n_local are placed at distance exactly
+               d_max. Fields: `lm_infinite_global` (n_global), `lm_infinite_window` (n_local,
+               tokens; -1 = L), `lm_infinite_distance` (d_max, tokens; -1 = L).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from configs.validate import ConfigError
+
+TRANSFORMS = ("none", "self_extend", "string", "lm_infinite")
+# Defaults of the model.position fields (as in configs/base.py; for configs that predate them).
+DEFAULTS = {
+    "position_transform": "none",
+    "self_extend_group": 4,
+    "self_extend_window": -1,
+    "string_shift": -1,
+    "string_window": -1,
+    "lm_infinite_global": 10,
+    "lm_infinite_window": -1,
+    "lm_infinite_distance": -1,
+}
+
+# region(distance, k_positions) -> bool [batch, 1, q_len, k_len], or None for everywhere.
+Region = Callable[[jax.Array, jax.Array], jax.Array] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Branch:
+  """One piece of a piecewise position transform.
+
+  Attributes:
+    q_positions: int32 [batch, q_len] query positions given to the scheme's hooks.
+    k_positions: int32 [batch, k_len] key positions given to the scheme's hooks.
+    region: None (every pair) or a function of the original distances int32
+      [batch, 1, q_len, k_len] and original key positions int32 [batch, 1, 1, k_len] returning
+      bool [batch, 1, q_len, k_len]: where this branch's logits are used. Regions of one
+      transform are disjoint; pairs in no region are masked out.
+  """
+
+  q_positions: jax.Array
+  k_positions: jax.Array
+  region: Region = None
+
+
+def _field(cfg, name):
+  return cfg.get(name, DEFAULTS[name])
+
+
+def _is_int(x) -> bool:
+  return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionTransform:
+  """The configured transform (static, hashable; built from `model.position`).
+
+  Attributes:
+    kind: one of TRANSFORMS.
+    train_len: L, tokens.
+    group: Self-Extend G (>= 1).
+    window: Self-Extend W, STRING W or LM-Infinite n_local, tokens (resolved, > 0).
+    shift: STRING S, tokens; -1 = per row (see the module docstring).
+    num_global: LM-Infinite n_global (>= 0).
+    max_distance: LM-Infinite d_max, tokens (resolved, > 0).
+  """
+
+  kind: str = "none"
+  train_len: int = 0
+  group: int = 1
+  window: int = 0
+  shift: int = -1
+  num_global: int = 0
+  max_distance: int = 0
+
+  @classmethod
+  def from_config(cls, cfg, train_len: int) -> "PositionTransform":
+    """Builds the transform of `cfg` (= `model.position`) for training length `train_len`.
+
+    Raises:
+      ConfigError: unknown `position_transform` or a bad field, naming it and its allowed values.
+    """
+    check_config(cfg, train_len)
+    kind = _field(cfg, "position_transform")
+    if kind == "self_extend":
+      w = _field(cfg, "self_extend_window")
+      return cls(kind, train_len, group=_field(cfg, "self_extend_group"),
+                 window=train_len // 4 if w == -1 else w)
+    if kind == "string":
+      w = _field(cfg, "string_window")
+      return cls(kind, train_len, window=max(1, train_len // 16) if w == -1 else w,
+                 shift=_field(cfg, "string_shift"))
+    if kind == "lm_infinite":
+      w, dmax = _field(cfg, "lm_infinite_window"), _field(cfg, "lm_infinite_distance")
+      return cls(kind, train_len, window=train_len if w == -1 else w,
+                 num_global=_field(cfg, "lm_infinite_global"),
+                 max_distance=train_len if dmax == -1 else dmax)
+    return cls("none", train_len)
+
+  def branches(self, q_positions: jax.Array, k_positions: jax.Array) -> list[Branch]:
+    """The branches of this transform for one attention call.
+
+    Args:
+      q_positions: int32 [batch, q_len]; k_positions: int32 [batch, k_len] (all keys of the call,
+        e.g. the whole KV cache, so per-row quantities match full recomputation).
+
+    Returns:
+      A list of `Branch`; a single branch with region None for "none".
+    """
+    qp, kp = q_positions, k_positions
+    if self.kind == "self_extend":
+      g, w = self.group, self.window
+      return [Branch(qp, kp, lambda d, _: d < w),
+              Branch(qp // g + (w - w // g), kp // g, lambda d, _: d >= w)]
+    if self.kind == "string":
+      w = self.window
+      if self.shift == -1:
+        n = jnp.maximum(qp.max(axis=-1), kp.max(axis=-1)) + 1  # row length, tokens [b]
+        s = jnp.maximum(self.train_len // 3, n - self.train_len + w)[:, None]  # [b, 1]
+      else:
+        s = jnp.full((qp.shape[0], 1), self.shift, qp.dtype)
+      s_pairs = s[:, None, :, None]  # [b, 1, 1, 1]
+      return [Branch(qp, kp, lambda d, _: d < s_pairs),
+              Branch(qp - s + w, kp, lambda d, _: d >= s_pairs)]
+    if self.kind == "lm_infinite":
+      n_local, n_global = self.window, self.num_global
+      # Far keys sit at distance exactly d_max: every query at d_max, every key at 0.
+      far_q = jnp.full_like(qp, self.max_distance)
+      return [Branch(qp, kp, lambda d, _: d < n_local),
+              Branch(far_q, jnp.zeros_like(kp),
+                     lambda d, k: (d >= n_local) & (k < n_global))]
+    return [Branch(qp, kp)]
+
+
+def check_config(cfg, train_len: int) -> None:
+  """Validates the transform fields of `cfg` (= `model.position`).
+
+  Raises:
+    ConfigError: naming the field and its allowed values.
+  """
+  kind = _field(cfg, "position_transform")
+  if kind not in TRANSFORMS:
+    raise ConfigError(f"model.position.position_transform must be one of {', '.join(TRANSFORMS)}; "
+                      f"got {kind!r}")
+  def positive_or_auto(name):
+    v = _field(cfg, name)
+    if not _is_int(v) or not (v > 0 or v == -1):
+      raise ConfigError(f"model.position.{name} must be a positive number of tokens or -1 "
+                        f"(the default); got {v!r}")
+  if kind == "self_extend":
+    g = _field(cfg, "self_extend_group")
+    if not _is_int(g) or g < 1:
+      raise ConfigError(f"model.position.self_extend_group must be an integer >= 1; got {g!r}")
+    positive_or_auto("self_extend_window")
+  elif kind == "string":
+    positive_or_auto("string_shift")
+    positive_or_auto("string_window")
+    s, w = _field(cfg, "string_shift"), _field(cfg, "string_window")
+    w = max(1, train_len // 16) if w == -1 else w
+    if s != -1 and s < w:
+      raise ConfigError(f"model.position.string_shift (S={s}) must be >= string_window (W={w}); "
+                        "STRING maps distances d >= S to d - S + W")
+  elif kind == "lm_infinite":
+    n = _field(cfg, "lm_infinite_global")
+    if not _is_int(n) or n < 0:
+      raise ConfigError(f"model.position.lm_infinite_global must be an integer >= 0; got {n!r}")
+    positive_or_auto("lm_infinite_window")
+    positive_or_auto("lm_infinite_distance")
