@@ -142,6 +142,33 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
                                    value_digits=n.value_digits)
 
 
+def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):
+  """Checks that `suite` can run on `config` (call before compiling anything).
+
+  Args:
+    config: the run's config; suite: "passkey" | "needle".
+    docs: the splits ({split: [Document]}) or the held-out documents themselves.
+    tokenizer: the run's tokenizer.
+
+  Returns:
+    The suite's prompt builder (see `prompt_builder`).
+
+  Raises:
+    ConfigError: a bad retrieval field, a needle suite without held-out text, or no evaluation
+      length long enough for the prompt.
+  """
+  settings(config, suite)
+  held_out = list(docs.get(config.eval.split, ())) if isinstance(docs, Mapping) else list(docs)
+  builder = prompt_builder(config, suite, tokenizer, held_out if suite == "needle" else ())
+  lengths = eval_lengths(config)
+  if all(L < builder.min_length for L in lengths):
+    raise ConfigError(f"every evaluation length {lengths} is shorter than the {builder.min_length} "
+                      f"tokens the {suite} prompt needs; raise eval.length_multipliers"
+                      + (" or set data.passkey.preamble=False" if suite == "passkey" else
+                         " or set eval.needle.preamble=False"))
+  return builder
+
+
 def skip_reasons(lengths: Sequence[int], *, min_length: int, max_new_tokens: int,
                  max_position: int | None, kind: str, hint: str = "",
                  format_note: str = "") -> dict[int, str]:
@@ -350,11 +377,7 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
   from models.decoding import make_generate_fn  # here: prompts and scoring need no model code
   from train import config_hash  # here: train imports the eval modules
   s = settings(config, suite)
-  if isinstance(docs, Mapping):
-    held_out = list(docs.get(config.eval.split, ()))
-  else:
-    held_out = list(docs)
-  builder = prompt_builder(config, suite, tokenizer, held_out if suite == "needle" else ())
+  builder = check_suite(config, suite, docs, tokenizer)
   lengths = eval_lengths(config)
   if suite == "passkey":
     note = (f"data.passkey.preamble={config.data.passkey.preamble}, "
@@ -364,10 +387,6 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
   skip = skip_reasons(lengths, min_length=builder.min_length, max_new_tokens=s.max_new_tokens,
                       max_position=spec.max_position, kind=config.model.position.kind,
                       hint=spec.max_position_hint, format_note=note)
-  if all(L < builder.min_length for L in lengths):
-    raise ConfigError(f"every evaluation length {lengths} is shorter than the {builder.min_length} "
-                      f"tokens the {suite} prompt needs ({note}); raise eval.length_multipliers "
-                      "or drop the preamble")
   if skip:
     print(f"{suite}: skipping lengths {sorted(skip)}: " + "; ".join(sorted(set(skip.values()))))
 
@@ -387,6 +406,7 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
       "extension": extension, "extension_factor": factor,
       "prompt": _prompt_format(suite, config, builder)})
   if suite == "needle":
+    held_out = docs.get(config.eval.split, ()) if isinstance(docs, Mapping) else docs
     result.update({"split": config.eval.split, "documents": len(held_out)})
   if jax.process_index() == 0:
     out = os.path.join(workdir, "eval")

@@ -11,18 +11,33 @@ from matplotlib import ticker  # noqa: E402
 from eval.files import atomic_write  # noqa: E402
 
 
-def plot_ppl_vs_length(result: dict, path: str) -> None:
-  """Log perplexity vs evaluation length (log2 x axis), train length marked.
+def curve_label(result: dict) -> str:
+  """Legend label of a result: its scheme, plus the eval-time extension when there is one."""
+  label = result.get("scheme", "model")
+  ext = result.get("extension", "none")
+  if ext and ext != "none":
+    factor = result.get("extension_factor")
+    label += f" + {ext}" + (f" (x{factor:g})" if factor not in (None, 1, 1.0) else "")
+  return label
+
+
+def plot_ppl_vs_length(results: dict | list[dict], path: str) -> None:
+  """Log perplexity vs evaluation length (log2 x axis), one curve per result, train length marked.
 
   Args:
-    result: a `ppl_vs_length` result dict (see eval/perplexity.py): needs "rows" with "length"
-      and "ppl", "train_len", and optionally "scheme" and "step".
+    results: a `ppl_vs_length` result dict (see eval/perplexity.py), or a list of them (e.g. the
+      model as trained and under eval-time extensions, all at one checkpoint step): each needs
+      "rows" with "length" and "ppl", "train_len", and optionally "scheme", "extension",
+      "extension_factor", "split" and "step" (the title uses the first result's).
     path: output .png path (written atomically).
   """
-  rows = [r for r in result["rows"] if r.get("ppl") is not None]
+  results = [results] if isinstance(results, dict) else list(results)
+  result = results[0]
   fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-  ax.plot([r["length"] for r in rows], [r["ppl"] for r in rows], marker="o",
-          label=result.get("scheme", "model"))
+  for one in results:
+    rows = [r for r in one["rows"] if r.get("ppl") is not None]
+    ax.plot([r["length"] for r in rows], [r["ppl"] for r in rows], marker="o",
+            label=curve_label(one))
   ax.axvline(result["train_len"], color="gray", linestyle="--", label=f"train_len={result['train_len']}")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")

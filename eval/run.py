@@ -1,14 +1,22 @@
 """Evaluates a trained run's checkpoint: `python -m eval.run --workdir=<dir>`.
 
 Reads `<workdir>/config.json`, restores the parameters of the latest (or `--step`) checkpoint and
-writes `<workdir>/eval/ppl_vs_length.{json,png}` and `loss_by_position.{json,png}`. Lengths
-default to the run's `eval.length_multipliers`; `--length_multipliers=0.5,1,2,16` overrides them.
-Any other field of the run's config can be overridden too, e.g. `--config.eval.protocol=sliding
---config.eval.stride=64` (the model's fields must stay those of the checkpoint).
+runs the suites of `eval.suites` for each eval-time extension of `eval.extension`, e.g.
+
+  python -m eval.run --workdir=<run> --config.eval.suites=ppl_vs_length,loss_by_position,passkey \
+      --config.eval.extension=none,yarn,ntk --config.eval.factor=4
+
+writing `<workdir>/eval/<suite>[_<extension>_x<factor>].{json,png}`; ppl_vs_length.png gets one
+curve per extension. Lengths default to the run's `eval.length_multipliers`;
+`--length_multipliers=0.5,1,2,16` overrides them. Any eval.* field of the run's config can be
+overridden, e.g. `--config.eval.protocol=sliding --config.eval.stride=64` (the model's fields
+must stay those of the checkpoint).
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import sys
 
@@ -18,9 +26,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from configs import base
-from configs.validate import ConfigError, eval_lengths, mesh_shape
+from configs.validate import ConfigError, eval_extensions, eval_lengths, eval_suites, mesh_shape
 from data.tokenizers import get_tokenizer
-from eval import perplexity
+from eval import algorithmic, needle, perplexity, plots
 from models import rope_scaling, sharding
 import train
 
@@ -47,31 +55,69 @@ def define_flags(argv: list[str]) -> None:
   flags.DEFINE_enum("split", None, ["validation", "test"], "Held-out split (default: the run's).")
 
 
+def _same_step_curves(out_dir: str, step: int, split: str, protocol: str) -> list[dict]:
+  """The ppl_vs_length results in `out_dir` of one checkpoint step, split and protocol: the model
+  as trained first, then the eval-time extensions by name."""
+  curves = []
+  for path in sorted(glob.glob(os.path.join(out_dir, "ppl_vs_length*.json"))):
+    try:
+      with open(path) as f:
+        r = json.load(f)
+    except (OSError, ValueError):
+      continue
+    if (r.get("suite") == "ppl_vs_length" and r.get("step") == step and r.get("split") == split
+        and r.get("protocol", "non_overlapping") == protocol):
+      curves.append(r)
+  return sorted(curves, key=lambda r: (r.get("extension", "none") != "none",
+                                       r.get("extension", ""), r.get("extension_factor", 1)))
+
+
+def _previous_extras(path: str, step: int) -> dict:
+  """Training-time fields of an existing ppl_vs_length.json at the same step (kept on rewrite)."""
+  try:
+    with open(path) as f:
+      old = json.load(f)
+  except (OSError, ValueError):
+    return {}
+  if old.get("step") != step:
+    return {}
+  return {k: old[k] for k in ("final_validation_loss",) if k in old}
+
+
 def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
-             split: str | None = None, config: ml_collections.ConfigDict | None = None) -> dict:
-  """Runs perplexity vs length on a checkpoint of `workdir` and writes the JSON and PNG.
+             split: str | None = None, config: ml_collections.ConfigDict | None = None
+             ) -> dict[str, dict]:
+  """Runs the configured suites on a checkpoint of `workdir`, for each configured extension.
+
+  Suites are `eval.suites` (ppl_vs_length and loss_by_position come from one pass; passkey and
+  needle from eval/needle.py; algorithmic from eval/algorithmic.py), extensions are
+  `eval.extension` (comma-separated; "none" is the model as trained). Each (suite, extension)
+  writes `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
+  `_<extension>_x<eval.factor>`. `ppl_vs_length.png` is then redrawn with one curve per
+  ppl_vs_length result of this step, split and protocol in `<workdir>/eval/` (the extensions
+  as extra curves).
 
   Args:
     workdir: training run directory.
     step: checkpoint step (None = latest).
-    length_multipliers: eval lengths as multiples of train_len (None = the run's).
+    length_multipliers: eval lengths as multiples of train_len (None = the run's); lengths given
+      here must be representable by the scheme.
     split: "validation" | "test" (None = the run's `eval.split`).
-    config: the run's config with overrides (None = `train.load_run_config(workdir)`).
+    config: the run's config with eval.* overrides (None = `train.load_run_config(workdir)`).
 
   Returns:
-    The ppl_vs_length result dict (also written to `<workdir>/eval/ppl_vs_length.json`).
+    {"<suite><suffix>": result dict} for every result written.
 
   Raises:
-    ConfigError: no config/checkpoint, a checkpoint that does not match the model, lengths the
-      scheme cannot represent, or bad multipliers; all before compilation.
+    ConfigError: no config/checkpoint, a checkpoint that does not match the model, an unknown
+      suite or extension, an extension that does not fit the scheme, lengths the scheme cannot
+      represent, or bad multipliers; all before compilation.
   """
   run_config = train.load_run_config(workdir)
   config = run_config if config is None else ml_collections.ConfigDict(config.to_dict())
   if config.model != run_config.model:
     raise ConfigError("--config.model.* must stay as trained (the checkpoint's model); "
                       "override eval.* fields only (eval.extension for eval-time extensions)")
-  config = rope_scaling.apply_extension(config, config.eval.extension, config.eval.factor)
-  suffix = "" if config.eval.extension == "none" else f"_{config.eval.extension}_x{config.eval.factor:g}"
   if length_multipliers is not None:
     try:
       config.eval.length_multipliers = tuple(float(x) for x in length_multipliers)
@@ -86,17 +132,56 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     print(f"the run's mesh does not fit {len(devices)} devices; evaluating data-parallel")
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
   train.validate(config, len(devices))
+  suites = eval_suites(config)
+  task = config.data.task.name  # "" = trained on text
+  if task and set(suites) - {"algorithmic"}:
+    raise ConfigError(f"this run trained on the task {task!r}: eval.suites may only be "
+                      f"'algorithmic'; got {config.eval.suites!r}")
+  if "algorithmic" in suites and not task:
+    raise ConfigError("eval.suites='algorithmic' needs a run trained on a task "
+                      "(data.task.name); this run trained on text")
   mesh = sharding.make_mesh(config.mesh, devices)
-  spec = train.model_spec(config, mesh)
-  # Lengths the user asked for explicitly must be representable; the run's own list may include
-  # lengths the scheme cannot represent, which are then recorded as skipped.
-  perplexity.check_lengths(eval_lengths(config),
-                           spec.max_position if length_multipliers is not None else None,
-                           config.model.position.kind, spec.max_position_hint)
-  params, step = train.restore_params(workdir, config, spec, step)
-  docs = train.load_splits(config)
-  return train.evaluate_ppl(config, workdir, spec, mesh, params, step, docs,
-                            get_tokenizer(config.data.tokenizer), suffix=suffix)
+  # Every extension's config and model structure first, so all errors come before compiling.
+  runs = []
+  for extension in eval_extensions(config):
+    ext_config = rope_scaling.apply_extension(config, extension, config.eval.factor,
+                                              config.eval.get("window", -1))
+    ext_config.eval.extension = extension
+    spec = train.model_spec(ext_config, mesh)
+    if {"ppl_vs_length", "loss_by_position"} & set(suites):
+      # Lengths the user asked for explicitly must be representable; the run's own list may
+      # include lengths the scheme cannot represent, which are then recorded as skipped.
+      perplexity.check_lengths(eval_lengths(ext_config),
+                               spec.max_position if length_multipliers is not None else None,
+                               ext_config.model.position.kind, spec.max_position_hint)
+    suffix = "" if extension == "none" else f"_{extension}_x{config.eval.factor:g}"
+    runs.append((ext_config, spec, suffix))
+  docs = {} if task else train.load_splits(config)
+  tokenizer = get_tokenizer(config.data.tokenizer)
+  for suite in ("passkey", "needle"):
+    if suite in suites:
+      needle.check_suite(config, suite, docs, tokenizer)
+  params, step = train.restore_params(workdir, runs[0][0], runs[0][1], step)
+  out_dir = os.path.join(workdir, "eval")
+  results = {}
+  for ext_config, spec, suffix in runs:
+    args = (ext_config, workdir, spec, mesh, params, step)
+    if {"ppl_vs_length", "loss_by_position"} & set(suites):
+      extra = _previous_extras(os.path.join(out_dir, "ppl_vs_length.json"), step) if not suffix else {}
+      ppl = train.evaluate_ppl(*args, docs, tokenizer, extra=extra, suffix=suffix)
+      results[f"ppl_vs_length{suffix}"] = ppl
+    if "passkey" in suites:
+      results[f"passkey{suffix}"] = needle.run_passkey(*args, docs, tokenizer, suffix)
+    if "needle" in suites:
+      results[f"needle{suffix}"] = needle.run_needle(*args, docs, tokenizer, suffix)
+    if "algorithmic" in suites:
+      results[f"algorithmic{suffix}"] = algorithmic.run_suite(*args)
+  if any(k.startswith("ppl_vs_length") for k in results) and jax.process_index() == 0:
+    first = next(v for k, v in results.items() if k.startswith("ppl_vs_length"))
+    curves = _same_step_curves(out_dir, step, first["split"], first["protocol"])
+    if len(curves) > 1:
+      plots.plot_ppl_vs_length(curves, os.path.join(out_dir, "ppl_vs_length.png"))
+  return results
 
 
 def main(argv):
@@ -106,16 +191,22 @@ def main(argv):
     raise app.UsageError("--workdir is required")
   train.quiet_library_logs()
   try:
-    result = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,
-                      FLAGS.length_multipliers, FLAGS.split, FLAGS.config)
+    results = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,
+                       FLAGS.length_multipliers, FLAGS.split, FLAGS.config)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  for row in result["rows"]:
-    if row["nll"] is not None:
-      print(f"length {row['length']:>6}: ppl {row['ppl']:.4f}, {row['bits_per_byte']:.4f} bits/byte "
-            f"({row['tokens']} tokens)")
-  print(f"wrote {os.path.join(FLAGS.workdir, 'eval')}/ppl_vs_length*.json and loss_by_position*.json")
+  for name, result in results.items():
+    print(f"{name}:")
+    for row in result.get("rows", []):
+      if name.startswith("ppl_vs_length") and row.get("nll") is not None:
+        print(f"  length {row['length']:>6}: ppl {row['ppl']:.4f}, "
+              f"{row['bits_per_byte']:.4f} bits/byte ({row['tokens']} tokens)")
+    if "max_length_passing" in result:
+      print(f"  largest length with accuracy >= {result.get('threshold')}: "
+            f"{result['max_length_passing']}")
+  print(f"wrote {os.path.join(FLAGS.workdir, 'eval')}/: "
+        + ", ".join(f"{name}.json" for name in results))
 
 
 if __name__ == "__main__":

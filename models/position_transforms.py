@@ -19,10 +19,12 @@ Notation: L = training context length (tokens), d = i - j >= 0.
                Fields: `self_extend_group` (G), `self_extend_window` (W, tokens).
   string       STRING, An et al., arXiv 2410.18745, Sec. 4: distances d >= S are shifted to
                d - S + W (the query position moved back by S - W), overwriting the rarely trained
-               large distances with well-trained ones; d < S is unchanged. Fields:
-               `string_shift` (S, tokens; -1 = per row max(L // 3, n - L + W) with n the row's
-               length, the paper's S = L / 3 widened so the largest distance n - 1 - S + W stays
-               below L) and `string_window` (W, tokens; -1 = L // 16, the paper's 128 at 2K).
+               large distances with well-trained ones; d < S is unchanged, so the largest distance
+               is max(S - 1, n - 1 - S + W) for a row of n tokens. Fields: `string_shift` (S,
+               tokens; -1 = per row max(L // 3, ceil((n + W) / 2)): the paper's S = L / 3, raised
+               for long rows to the S that minimises that largest distance, which then stays
+               below L up to n = 2L - W - 1 and cannot beyond) and `string_window` (W, tokens;
+               -1 = L // 16, the paper's 128 at 2K).
   lm_infinite  LM-Infinite, Han et al., arXiv 2308.16137, Sec. 4: a Lambda-shaped mask (each
                query sees the first n_global tokens and its n_local most recent keys, nothing
                else) and a distance ceiling: keys at d >= n_local are placed at distance exactly
@@ -148,7 +150,7 @@ class PositionTransform:
       w = self.window
       if self.shift == -1:
         n = jnp.maximum(qp.max(axis=-1), kp.max(axis=-1)) + 1  # row length, tokens [b]
-        s = jnp.maximum(self.train_len // 3, n - self.train_len + w)[:, None]  # [b, 1]
+        s = jnp.maximum(self.train_len // 3, (n + w + 1) // 2)[:, None]  # [b, 1]
       else:
         s = jnp.full((qp.shape[0], 1), self.shift, qp.dtype)
       s_pairs = s[:, None, :, None]  # [b, 1, 1, 1]

@@ -39,19 +39,30 @@ import ml_collections
 import numpy as np
 
 from configs.validate import ConfigError
+from models import position_transforms
 
 # model.position.rope_scaling values (method names as in the module docstring).
 ROPE_SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "abf")
-# eval.extension values, and the model.position.kind each applies to (None = any).
+# Schemes whose positions reach attention only through the rotate/bias hooks as ids, so that
+# the position-id transforms of models/position_transforms.py apply to them.
+RELATIVE_KINDS = ("rope", "xpos", "alibi", "t5", "kerple", "fire", "sandwich")
+# eval.extension values, and the model.position.kinds each applies to (None = any).
 EXTENSIONS = {
     "none": None,
-    "pi": "rope",
-    "ntk": "rope",
-    "dynamic_ntk": "rope",
-    "yarn": "rope",
-    "abf": "rope",
-    "alibi_interpolation": "alibi",
+    "pi": ("rope",),
+    "ntk": ("rope",),
+    "dynamic_ntk": ("rope",),
+    "yarn": ("rope",),
+    "abf": ("rope",),
+    "alibi_interpolation": ("alibi",),
+    "self_extend": RELATIVE_KINDS,
+    "string": RELATIVE_KINDS,
+    "lm_infinite": RELATIVE_KINDS + ("none",),  # NoPE: the Lambda mask alone
 }
+# Position-id transforms (models/position_transforms.py) and the model.position field of
+# their window W / n_local that eval.window sets.
+TRANSFORM_WINDOWS = {"self_extend": "self_extend_window", "string": "string_window",
+                     "lm_infinite": "lm_infinite_window"}
 # Methods that read rope_scaling_factor (dynamic_ntk takes s from the length, abf has a base).
 USES_FACTOR = ("pi", "ntk", "yarn")
 # Defaults of the model.position fields (as in configs/base.py; used when a run's config.json
@@ -414,7 +425,7 @@ def check_config(cfg, rot_dim: int) -> None:
 
 
 def apply_extension(config: ml_collections.ConfigDict, extension: str,
-                    factor: float = 1.0) -> ml_collections.ConfigDict:
+                    factor: float = 1.0, window: int = -1) -> ml_collections.ConfigDict:
   """A copy of the experiment `config` whose `model.position` applies an eval-time extension.
 
   The parameters of a model trained with `config` restore into the returned config's model
@@ -428,6 +439,13 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
     "abf"                  rope_scaling="abf" with the config's abf_theta (default 500000;
                            factor unused);
     "alibi_interpolation"  alibi_interpolation=True (the scale follows the length; factor unused).
+    "self_extend"          position_transform="self_extend", self_extend_group = factor (an
+                           integer G >= 1); any relative scheme (`RELATIVE_KINDS`).
+    "string", "lm_infinite"
+                           position_transform=<name> (factor unused); any relative scheme, and
+                           lm_infinite also NoPE (kind "none": the Lambda mask alone).
+  For the three position-id transforms (models/position_transforms.py), `window` > 0 sets the
+  window W (self_extend_window, string_window) or n_local (lm_infinite_window), tokens.
 
   The RoPE methods keep rope_scaling_train_len, yarn_alpha, yarn_beta and abf_theta as the config
   has them (added with their `DEFAULTS` where the run's config.json predates these fields). Only
@@ -437,7 +455,8 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
   Args:
     config: the run's experiment ConfigDict (configs/base.py).
     extension: one of `EXTENSIONS`.
-    factor: s (dimensionless, >= 1; typically eval length / train length).
+    factor: s (dimensionless, >= 1; typically eval length / train length); self_extend: G.
+    window: tokens, or -1 for the method's default (position-id transforms only).
 
   Returns:
     A new ConfigDict.
@@ -455,13 +474,30 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
   if extension == "none":
     return out
   kind = out.model.position.kind
-  if EXTENSIONS[extension] != kind:
-    fits = [name for name, k in EXTENSIONS.items() if k in (None, kind)]
-    raise ConfigError(f"eval.extension={extension!r} applies to model.position.kind="
-                      f"{EXTENSIONS[extension]!r} only; this run's kind is {kind!r} "
+  if kind not in EXTENSIONS[extension]:
+    fits = [name for name, k in EXTENSIONS.items() if k is None or kind in k]
+    raise ConfigError(f"eval.extension={extension!r} applies to model.position.kind in "
+                      f"{list(EXTENSIONS[extension])} only; this run's kind is {kind!r} "
                       f"(choose one of {fits})")
   pos = out.model.position
   with pos.unlocked(), pos.ignore_type():
+    if extension in TRANSFORM_WINDOWS:
+      for name, default in position_transforms.DEFAULTS.items():
+        if name not in pos:
+          pos[name] = default
+      pos.position_transform = extension
+      if window != -1:
+        if not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+          raise ConfigError(f"eval.window must be a positive number of tokens or -1 (the "
+                            f"method's default); got {window!r}")
+        pos[TRANSFORM_WINDOWS[extension]] = window
+      if extension == "self_extend":
+        if not (_is_number(factor) and factor >= 1 and float(factor).is_integer()):
+          raise ConfigError(f"eval.extension='self_extend' takes its group size G from "
+                            f"eval.factor, which must be an integer >= 1; got {factor!r}")
+        pos.self_extend_group = int(factor)
+      position_transforms.check_config(pos, out.data.train_len)
+      return out
     if extension == "alibi_interpolation":
       pos.alibi_interpolation = True
       return out

@@ -52,17 +52,37 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
           "mfu"} <= set(record)
 
   # Standalone evaluation of the same checkpoint reproduces the numbers, at new lengths too.
-  again = eval_run.evaluate(str(tmp_path), length_multipliers=["1", "4"])
+  again = eval_run.evaluate(str(tmp_path), length_multipliers=["1", "4"])["ppl_vs_length"]
   by_len = {r["length"]: r for r in result["rows"]}
   assert again["rows"][0]["nll"] == pytest.approx(by_len[32]["nll"], rel=1e-5)
   assert again["rows"][1]["length"] == 128
+  kept = json.load(open(tmp_path / "eval/ppl_vs_length.json"))
+  assert kept["final_validation_loss"] == pytest.approx(out["val_loss"])  # kept on rewrite
 
-  # An eval-time extension (YaRN, s = 2) writes its own files beside the plain ones.
+  # Eval-time extensions (YaRN and Self-Extend, factor 2) write their own files beside the plain
+  # ones, for every suite asked for, and ppl_vs_length.png gets one curve each.
   extended = train.load_run_config(str(tmp_path))
-  extended.eval.extension, extended.eval.factor = "yarn", 2.0
-  yarn = eval_run.evaluate(str(tmp_path), config=extended)
-  assert yarn["extension"] == "yarn" and os.path.exists(tmp_path / "eval/ppl_vs_length_yarn_x2.json")
-  assert yarn["rows"][1]["nll"] != pytest.approx(by_len[32]["nll"], rel=1e-6)
+  extended.eval.extension, extended.eval.factor = "yarn,self_extend", 2.0
+  extended.eval.suites = "ppl_vs_length,passkey"
+  extended.eval.length_multipliers = (1.0, 4.0)  # 32 (too short for a passkey prompt), 128
+  extended.data.passkey.preamble = False  # the preamble alone is 148 tokens
+  results = eval_run.evaluate(str(tmp_path), config=extended)
+  assert set(results) == {f"{suite}_{ext}_x2" for suite in ("ppl_vs_length", "passkey")
+                          for ext in ("yarn", "self_extend")}
+  for name in results:
+    assert os.path.getsize(tmp_path / f"eval/{name}.json") > 0
+    assert os.path.getsize(tmp_path / f"eval/{name}.png") > 0
+  yarn = results["ppl_vs_length_yarn_x2"]
+  assert yarn["extension"] == "yarn" and yarn["rows"][0]["length"] == 32
+  assert yarn["rows"][0]["nll"] != pytest.approx(by_len[32]["nll"], rel=1e-6)
+  # Self-Extend (W = train_len // 4) changes distances >= 8 only, so it changes the loss too.
+  assert results["ppl_vs_length_self_extend_x2"]["rows"][0]["nll"] != pytest.approx(
+      by_len[32]["nll"], rel=1e-6)
+  passkey_rows = {r["length"]: r for r in results["passkey_yarn_x2"]["rows"]}
+  assert "skipped" in passkey_rows[32] and passkey_rows[128]["accuracy"] is not None
+  curves = eval_run._same_step_curves(str(tmp_path / "eval"), out["step"], "validation",
+                                      "non_overlapping")
+  assert [c["extension"] for c in curves] == ["none", "self_extend", "yarn"]
   bad = train.load_run_config(str(tmp_path))
   bad.eval.extension = "alibi_interpolation"
   with pytest.raises(ConfigError, match="eval.extension"):

@@ -1,0 +1,159 @@
+"""Self-Extend, STRING and LM-Infinite: the distances each pair sees, against the papers'
+definitions, and attention under a transform against an explicit per-pair computation."""
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs.validate import ConfigError
+from conftest import tiny_config
+from models import positions, rope_scaling
+from models.attention import Attention, attention_mask, dot_product_attention
+from models.position_transforms import PositionTransform, check_config
+from models.positions.alibi import alibi_slopes
+
+L = 16  # train_len
+
+
+def effective(transform, n):
+  """(distance seen int [n, n], allowed bool [n, n]) for one row of positions 0..n-1."""
+  pos = jnp.arange(n, dtype=jnp.int32)[None]
+  d = (pos[:, :, None] - pos[:, None, :])[:, None]
+  kp = pos[:, None, None, :]
+  seen = np.full((n, n), -1)
+  allowed = np.zeros((n, n), bool)
+  for br in transform.branches(pos, pos):
+    region = np.ones((n, n), bool) if br.region is None else np.asarray(br.region(d, kp))[0, 0]
+    dist = np.asarray(br.q_positions)[0][:, None] - np.asarray(br.k_positions)[0][None, :]
+    assert not (allowed & region).any(), "regions overlap"
+    seen = np.where(region, dist, seen)
+    allowed |= region
+  causal = np.tril(np.ones((n, n), bool))
+  return np.where(causal, seen, -1), allowed & causal
+
+
+def cfg(**fields):
+  c = ml_collections.ConfigDict({"kind": "rope"})
+  for k, v in fields.items():
+    c[k] = v
+  return c
+
+
+def test_self_extend_distances_follow_jin_et_al():
+  g, w, n = 3, 5, 40
+  t = PositionTransform.from_config(cfg(position_transform="self_extend", self_extend_group=g,
+                                        self_extend_window=w), L)
+  seen, allowed = effective(t, n)
+  i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+  expected = np.where(i - j < w, i - j, i // g + w - w // g - j // g)
+  causal = i >= j
+  np.testing.assert_array_equal(seen[causal], expected[causal])
+  assert allowed[causal].all()
+  # Grouped distances continue the neighbour ones (within the rounding of floor) and grow G
+  # times slower: the largest is (n-1)//G + W - W//G.
+  assert seen.max() == (n - 1) // g + w - w // g
+
+
+def test_string_shifts_distances_beyond_s():
+  s, w, n = 9, 3, 30
+  t = PositionTransform.from_config(cfg(position_transform="string", string_shift=s,
+                                        string_window=w), L)
+  seen, allowed = effective(t, n)
+  i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+  d = i - j
+  expected = np.where(d < s, d, d - s + w)
+  np.testing.assert_array_equal(seen[d >= 0], expected[d >= 0])
+  assert allowed[d >= 0].all()
+
+
+def test_string_automatic_shift_minimises_the_largest_distance():
+  """S = max(L // 3, ceil((n + W) / 2)): distances stay below L up to n = 2L - W - 1."""
+  w = max(1, L // 16)
+  for n in (L // 2, L, 3 * L // 2, 2 * L - w - 1, 8 * L):
+    t = PositionTransform.from_config(cfg(position_transform="string"), L)
+    seen, _ = effective(t, n)
+    s = max(L // 3, -(-(n + w) // 2))
+    assert seen.max() == max(d if d < s else d - s + w for d in range(n))
+    best = min(max(min(n - 1, s2 - 1), n - 1 - s2 + w) for s2 in range(max(w, L // 3), n + 1))
+    assert seen.max() == best
+    assert (seen.max() < L) == (n <= 2 * L - w - 1)
+
+
+def test_lm_infinite_lambda_mask_and_distance_ceiling():
+  n_global, n_local, d_max, n = 2, 6, 7, 25
+  t = PositionTransform.from_config(cfg(position_transform="lm_infinite",
+                                        lm_infinite_global=n_global, lm_infinite_window=n_local,
+                                        lm_infinite_distance=d_max), L)
+  seen, allowed = effective(t, n)
+  i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+  d = i - j
+  expected_allowed = (d >= 0) & ((d < n_local) | (j < n_global))
+  np.testing.assert_array_equal(allowed, expected_allowed)
+  np.testing.assert_array_equal(seen[allowed], np.where(d < n_local, d, d_max)[allowed])
+
+
+@pytest.mark.parametrize("transform", ["self_extend", "string", "lm_infinite"])
+def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
+  """ALiBi's bias is -slope * distance, so the transformed attention must equal plain attention
+  with bias -slope * (distance seen) and the transform's mask."""
+  c = tiny_config("unused", "alibi")
+  c.data.train_len = L
+  c.model.position.position_transform = transform
+  c.model.position.self_extend_group = 2
+  c.model.position.string_shift = 6
+  c.model.position.lm_infinite_global = 2
+  dims = positions.Dims.from_config(c)
+  scheme = positions.build(c.model.position, dims, rngs=nnx.Rngs(0))
+  t = PositionTransform.from_config(c.model.position, L)
+  attn = Attention(dims, 0, dtype=jnp.float32, rngs=nnx.Rngs(1), chunk=8, transform=t)
+  n = 40
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(1, n, dims.d_model)), jnp.float32)
+  pos = jnp.arange(n, dtype=jnp.int32)[None]
+  seg = jnp.ones((1, n), jnp.int32)
+  got = attn(x, pos, seg, scheme)
+
+  seen, allowed = effective(t, n)
+  slopes = alibi_slopes(dims.num_heads)
+  bias = -slopes[:, None, None] * np.maximum(seen, 0)[None]
+  proj = lambda w: jnp.einsum("bsd,dhk->bshk", x, w[...])
+  out = dot_product_attention(proj(attn.wq), proj(attn.wk), proj(attn.wv),
+                              bias=jnp.asarray(bias[None], jnp.float32),
+                              mask=jnp.asarray(allowed)[None, None])
+  want = jnp.einsum("bshk,hkd->bsd", out, attn.wo[...])
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_apply_extension_sets_the_transform_and_refuses_misfits():
+  c = tiny_config("unused", "alibi")
+  out = rope_scaling.apply_extension(c, "self_extend", 4.0, window=8)
+  assert out.model.position.position_transform == "self_extend"
+  assert out.model.position.self_extend_group == 4 and out.model.position.self_extend_window == 8
+  assert c.model.position.position_transform == "none"  # the input is not modified
+  with pytest.raises(ConfigError, match="integer >= 1"):
+    rope_scaling.apply_extension(c, "self_extend", 2.5)
+  with pytest.raises(ConfigError, match="eval.window"):
+    rope_scaling.apply_extension(c, "string", 1.0, window=0)
+  with pytest.raises(ConfigError, match="applies to model.position.kind"):
+    rope_scaling.apply_extension(tiny_config("unused", "learned"), "string")
+  with pytest.raises(ConfigError, match="applies to model.position.kind"):
+    rope_scaling.apply_extension(tiny_config("unused", "cope"), "lm_infinite")
+  nope = rope_scaling.apply_extension(tiny_config("unused", "none"), "lm_infinite")
+  assert nope.model.position.position_transform == "lm_infinite"
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("position_transform", "rerope", "position_transform must be one of"),
+    ("self_extend_group", 0, "self_extend_group"),
+    ("string_window", 0, "string_window"),
+    ("string_shift", 2, "must be >= string_window"),
+    ("lm_infinite_global", -1, "lm_infinite_global"),
+])
+def test_bad_transform_fields(field, value, match):
+  kind = {"self_extend_group": "self_extend", "string_window": "string",
+          "string_shift": "string", "lm_infinite_global": "lm_infinite"}.get(field, "none")
+  c = cfg(position_transform=kind, string_window=4)
+  c[field] = value
+  with pytest.raises(ConfigError, match=match):
+    check_config(c, L)
