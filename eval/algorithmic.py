@@ -241,7 +241,10 @@ def plot(result: dict, path: str) -> None:
   ax.set_ylim(-0.03, 1.03)
   ax.set_xlabel(f"instance size ({result.get('size_unit', 'input symbols')})")
   ax.set_ylabel("accuracy")
-  ax.set_title(f"{result['task']}: {result.get('scheme', 'model')} (step {result.get('step', '?')})")
+  extension = result.get("extension", "none")
+  scheme = result.get("scheme", "model") + ("" if extension == "none" else
+                                            f" + {extension} x{result['extension_factor']:g}")
+  ax.set_title(f"{result['task']}: {scheme} (step {result.get('step', '?')})")
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
@@ -249,9 +252,9 @@ def plot(result: dict, path: str) -> None:
   plt.close(fig)
 
 
-def run_suite(config, workdir: str, spec, mesh, params, step: int) -> dict:
+def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str = "") -> dict:
   """The "algorithmic" suite: accuracy per size 1..eval_max_size of `data.task`, written to
-  `<workdir>/eval/algorithmic.{json,png}` (module docstring).
+  `<workdir>/eval/algorithmic<suffix>.{json,png}` (module docstring).
 
   Args:
     config: the run's experiment ConfigDict (configs/base.py) with `data.task.name` set.
@@ -260,9 +263,12 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int) -> dict:
     mesh: device mesh.
     params: parameter pure dict with the spec's shardings.
     step: the checkpoint's training step.
+    suffix: appended to the file names when `config` carries an eval-time extension
+      (models/rope_scaling.py), e.g. "_yarn_x4" as eval/run.py names them; "" = as trained.
 
   Returns:
-    The result dict as written to the JSON: suite, task, scheme, step, config_hash, format,
+    The result dict as written to the JSON: suite, task, scheme, extension (config.eval.extension
+    when `suffix` is set, else "none"), extension_factor, step, config_hash, format,
     size_unit, train_min_size, train_max_size, eval_max_size, examples_per_size, eval_seed,
     summary (`summarize`) and rows (`evaluate_sizes`).
 
@@ -289,6 +295,8 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int) -> dict:
   example = task.example(3, np.random.default_rng(0))
   result = {
       "suite": SUITE, "task": t.name, "scheme": kind, "step": int(step),
+      "extension": config.eval.extension if suffix else "none",
+      "extension_factor": float(config.eval.factor) if suffix else 1.0,
       "config_hash": config_hash(config), "size_unit": task.size_unit,
       "format": (f"BOS prompt answer EOS, bytes; e.g. size 3: {example.prompt.decode()!r} -> "
                  f"{example.answer.decode()!r}; answer targets are the answer bytes and EOS"),
@@ -299,8 +307,8 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int) -> dict:
       "eval_seed": int(t.eval_seed), "summary": summarize(rows, t.train_max_size), "rows": rows}
   if jax.process_index() == 0:
     out = os.path.join(workdir, "eval")
-    write_json(os.path.join(out, f"{SUITE}.json"), result)
-    plot(result, os.path.join(out, f"{SUITE}.png"))
+    write_json(os.path.join(out, f"{SUITE}{suffix}.json"), result)
+    plot(result, os.path.join(out, f"{SUITE}{suffix}.png"))
   return result
 
 

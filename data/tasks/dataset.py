@@ -59,7 +59,8 @@ def pack(encoded: list[dict[str, np.ndarray]], row_len: int, pad_id: int) -> dic
   used = sum(len(e["inputs"]) for e in encoded)
   if used > row_len:
     raise ValueError(f"{len(encoded)} examples of {used} tokens do not fit in a row of {row_len}")
-  row = {"inputs": np.full(row_len, pad_id, np.int32), "targets": np.full(row_len, pad_id, np.int32),
+  row = {"inputs": np.full(row_len, pad_id, np.int32),
+         "targets": np.full(row_len, pad_id, np.int32),
          "positions": np.zeros(row_len, np.int32), "segment_ids": np.zeros(row_len, np.int32),
          "weights": np.zeros(row_len, np.float32)}
   lo = 0
@@ -160,7 +161,8 @@ def examples_of_size(task: Task, size: int, count: int, seed: int, tag: int,
   """
   rng = np.random.default_rng([seed, tag, size])
   rows = [encode(task.example(size, rng), tokenizer) for _ in range(count)]
-  out = {key: np.stack([r[key] for r in rows]) for key in ("inputs", "targets", "positions", "weights")}
+  out = {key: np.stack([r[key] for r in rows])
+         for key in ("inputs", "targets", "positions", "weights")}
   out["segment_ids"] = np.ones_like(out["inputs"])
   return out
 

@@ -1,0 +1,33 @@
+"""Addition (data/tasks/addition.py: two n-digit numbers, digits least-significant first) on 2 CPU
+cores: train on 1..5 digits per operand, evaluate exact match at 1..20 digits.
+
+A 3-layer, d_model 128 decoder trained for 2,000 steps of 64 examples, one example per row
+(data.train_len = 19 = the length of a 5-digit example: 3 * 5 + 4), a few minutes on 2 cores.
+Any scheme: --config.model.position.kind=rope (or none, alibi, ...).
+"""
+
+from configs import base
+
+
+def get_config():
+  """Reversed-digit addition, train 1..5 digits, eval 1..20 digits (4x), small decoder."""
+  c = base.get_config()
+  c.data.task.name = "addition"
+  c.data.task.train_min_size = 1
+  c.data.task.train_max_size = 5
+  c.data.task.eval_max_size = 20
+  c.data.task.eval_examples_per_size = 100
+  c.data.train_len = 19  # 3 * 5 + 4: one 5-digit example per row
+  c.data.batch_size = 64
+  c.model.position.kind = "alibi"
+  c.model.num_layers = 3
+  c.model.d_model = 128
+  c.model.num_heads = 4
+  c.model.mlp_dim = 512
+  c.train.num_steps = 2000
+  c.train.warmup_steps = 100
+  c.train.learning_rate = 3e-3
+  c.train.log_every_steps = 50
+  c.train.eval_every_steps = 500
+  c.train.checkpoint_every_steps = 500
+  return c
