@@ -1,8 +1,21 @@
-"""Tokenizers. The default is byte-level: every UTF-8 text round-trips exactly."""
+"""Tokenizers: byte-level (the default) and SentencePiece. Every UTF-8 text round-trips exactly.
+
+`data.tokenizer` names one (`get_tokenizer`):
+
+  "byte"                        ByteTokenizer: ids 0..255 are bytes, then BOS, EOS, PAD (vocab 259).
+  "sentencepiece:<path.model>"  SentencePieceTokenizer: a SentencePiece model (Kudo & Richardson,
+                                arXiv 1808.06226), e.g. the `tokenizer.model` that
+                                `python -m data.prepare --tokenizer=sentencepiece:VOCAB` trains.
+
+Both have the same interface: `vocab_size`, `bos_id`, `eos_id`, `pad_id`, `encode(text)` ->
+int32 ids, `decode_bytes(ids)` -> bytes (special ids dropped), `decode(ids)` -> str.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 
 import numpy as np
 
@@ -54,16 +67,180 @@ class ByteTokenizer:
     return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
 
+# U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's whitespace meta symbol. Text that contains it
+# literally would decode as a space, so `SentencePieceTokenizer.encode` spells it in byte pieces.
+SP_SPACE = "\u2581"
+
+
+class SentencePieceTokenizer:
+  """A SentencePiece model (the `sentencepiece` library; Kudo & Richardson, arXiv 1808.06226).
+
+  Models trained by `python -m data.prepare` (see `data.prepare.train_sentencepiece`) are
+  lossless: identity normalization, no dummy prefix, whitespace kept, byte fallback (any
+  character outside the vocabulary becomes its UTF-8 byte pieces `<0x..>`), digits split, as in
+  LLaMA (Touvron et al., arXiv 2302.13971, Section 2.1). For them `decode(encode(text)) == text`
+  for every `str`. The literal character U+2581, which SentencePiece uses for spaces, is encoded
+  as its three byte pieces so that it survives too. Other SentencePiece models load as well
+  (they need BOS, EOS and PAD ids), but may normalize text (e.g. NFKC, a dummy prefix).
+
+  Attributes:
+    model_path: the `.model` file it was loaded from.
+    model_sha256: hex sha256 of that file; tokenizers are equal when these are equal.
+    bos_id, eos_id, pad_id, unk_id: special ids (from the model).
+  """
+
+  def __init__(self, model_path: str, model_proto: bytes | None = None):
+    """Loads a `.model` file (or its bytes, `model_proto`, which `model_path` then only names).
+
+    Raises:
+      configs.validate.ConfigError: the file is missing or not a SentencePiece model, or the
+        model lacks a BOS, EOS or PAD id (naming `data.tokenizer`).
+    """
+    from configs.validate import ConfigError
+    self.model_path = model_path
+    try:
+      if model_proto is None:
+        with open(model_path, "rb") as f:
+          model_proto = f.read()
+    except OSError as e:
+      raise ConfigError(f"data.tokenizer='sentencepiece:{model_path}': cannot read the model "
+                        f"({e.strerror}); give the path of a SentencePiece .model file, e.g. "
+                        "<prepared dir>/tokenizer.model") from e
+    self._load(model_proto)
+    ids = {"bos": self.bos_id, "eos": self.eos_id, "pad": self.pad_id}
+    if min(ids.values()) < 0 or len(set(ids.values())) < 3:
+      raise ConfigError(f"data.tokenizer='sentencepiece:{model_path}': the model needs distinct "
+                        f"BOS, EOS and PAD ids (got {ids}); train it with python -m data.prepare "
+                        "(or SentencePieceTrainer with bos_id, eos_id and pad_id set)")
+
+  def _load(self, proto: bytes) -> None:
+    from configs.validate import ConfigError
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor()
+    try:
+      sp.LoadFromSerializedProto(proto)
+    except (RuntimeError, OSError) as e:
+      raise ConfigError(f"data.tokenizer='sentencepiece:{self.model_path}' is not a SentencePiece "
+                        f"model: {e}") from e
+    self._proto = proto
+    self._sp = sp
+    self.model_sha256 = hashlib.sha256(proto).hexdigest()
+    self.bos_id, self.eos_id = sp.bos_id(), sp.eos_id()
+    self.pad_id, self.unk_id = sp.pad_id(), sp.unk_id()
+    self._byte_id = np.full(256, -1, np.int64)  # byte value -> id of its <0x..> piece, or -1
+    self._id_byte = np.full(sp.get_piece_size(), -1, np.int64)  # id -> byte value, or -1
+    for i in range(sp.get_piece_size()):
+      if sp.is_byte(i):
+        value = int(sp.id_to_piece(i)[3:5], 16)
+        self._byte_id[value], self._id_byte[i] = i, value
+    self._special = np.zeros(sp.get_piece_size(), bool)
+    for i in (self.bos_id, self.eos_id, self.pad_id):
+      if 0 <= i < sp.get_piece_size():
+        self._special[i] = True
+    self._space_ids = [int(self._byte_id[b]) for b in SP_SPACE.encode("utf-8")]
+
+  def __getstate__(self):  # picklable (grain / multiprocessing workers): the model's bytes
+    return {"model_path": self.model_path, "proto": self._proto}
+
+  def __setstate__(self, state):
+    self.model_path = state["model_path"]
+    self._load(state["proto"])
+
+  def __eq__(self, other) -> bool:
+    return isinstance(other, SentencePieceTokenizer) and other.model_sha256 == self.model_sha256
+
+  def __hash__(self) -> int:
+    return hash(self.model_sha256)
+
+  def __repr__(self) -> str:
+    return f"SentencePieceTokenizer({self.model_path!r}, vocab_size={self.vocab_size})"
+
+  @property
+  def vocab_size(self) -> int:
+    """Number of token ids (the model's pieces, special and byte pieces included)."""
+    return self._sp.get_piece_size()
+
+  def encode(self, text: str | bytes) -> np.ndarray:
+    """Encodes text to ids, without BOS/EOS.
+
+    Args:
+      text: a `str`, or `bytes` holding UTF-8 text.
+
+    Returns:
+      int32 array `[num_tokens]`.
+
+    Raises:
+      ValueError: `text` is bytes that are not valid UTF-8 (the byte tokenizer takes any bytes;
+        SentencePiece encodes text).
+    """
+    if not isinstance(text, str):
+      try:
+        text = bytes(text).decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise ValueError(f"SentencePieceTokenizer encodes UTF-8 text; got invalid bytes ({e})") from e
+    parts = text.split(SP_SPACE)
+    if len(parts) == 1:
+      return np.asarray(self._sp.encode(text), np.int32)
+    if min(self._space_ids) < 0:
+      raise ValueError(f"{self.model_path} has no byte pieces for U+2581 (no byte_fallback): "
+                       "text containing it cannot be encoded losslessly")
+    ids: list[int] = []
+    for i, piece_ids in enumerate(self._sp.encode(parts)):
+      if i:
+        ids.extend(self._space_ids)
+      ids.extend(piece_ids)
+    return np.asarray(ids, np.int32)
+
+  def decode_bytes(self, ids) -> bytes:
+    """Returns the bytes of `ids` ([n] ints), dropping BOS/EOS/PAD.
+
+    Byte pieces give their exact byte (so a truncated multi-byte character stays truncated
+    bytes, as with the byte tokenizer); runs of other pieces are decoded by SentencePiece.
+
+    Raises:
+      ValueError: if an id is outside [0, vocab_size).
+    """
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+      raise ValueError(
+          f"token ids must lie in [0, {self.vocab_size}); got min {ids.min()}, max {ids.max()}")
+    ids = ids[~self._special[ids]]
+    byte_values = self._id_byte[ids]
+    out, start = [], 0
+    for i in np.flatnonzero(byte_values >= 0).tolist():
+      if i > start:
+        out.append(self._sp.decode(ids[start:i].tolist()).encode("utf-8"))
+      out.append(bytes((byte_values[i],)))
+      start = i + 1
+    if start < len(ids):
+      out.append(self._sp.decode(ids[start:].tolist()).encode("utf-8"))
+    return b"".join(out)
+
+  def decode(self, ids) -> str:
+    """Decodes ids ([n] ints) to text; invalid UTF-8 becomes U+FFFD, never an error."""
+    return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+
+Tokenizer = ByteTokenizer | SentencePieceTokenizer
 TOKENIZERS = {"byte": ByteTokenizer}
+SENTENCEPIECE_PREFIX = "sentencepiece:"
 
 
-def get_tokenizer(name: str) -> ByteTokenizer:
-  """Returns the tokenizer named `name` (one of `TOKENIZERS`).
+def get_tokenizer(name: str) -> Tokenizer:
+  """Returns the tokenizer `data.tokenizer` names: "byte" or "sentencepiece:<path to .model>".
 
   Raises:
-    configs.validate.ConfigError: for an unknown name, listing the valid ones.
+    configs.validate.ConfigError: an unknown name (listing the valid forms), or a SentencePiece
+      model that cannot be read (see `SentencePieceTokenizer`).
   """
   from configs.validate import ConfigError  # local import: configs imports nothing from data
+  if isinstance(name, str) and name.startswith(SENTENCEPIECE_PREFIX):
+    path = name[len(SENTENCEPIECE_PREFIX):]
+    if not path:
+      raise ConfigError("data.tokenizer='sentencepiece:' needs the path of a .model file, e.g. "
+                        "'sentencepiece:/data/corpus/tokenizer.model'")
+    return SentencePieceTokenizer(os.path.expanduser(path))
   if name not in TOKENIZERS:
-    raise ConfigError(f"data.tokenizer={name!r} is not supported; choose one of {sorted(TOKENIZERS)}")
+    raise ConfigError(f"data.tokenizer={name!r} is not supported; choose one of "
+                      f"{sorted(TOKENIZERS)} or 'sentencepiece:<path to .model>'")
   return TOKENIZERS[name]()
