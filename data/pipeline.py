@@ -11,6 +11,12 @@ becomes one example:
   segment_ids int32 [train_len]  1 for the first document in the window, +1 at every BOS
 
 so attention never crosses documents and positional schemes see true in-document positions.
+
+Documents come as text (`Document`: tokenized here) or as token ids (`TokenizedDocument`, and
+the training split of a prepared corpus, `PreparedSplit`: `data.source = "array_record"`). A
+`PreparedSplit` is packed lazily (`RecordTokens`, `RecordStarts`): window i reads only the
+records it overlaps, so the training split never has to fit in memory, and the same documents
+give the same windows either way.
 """
 
 from __future__ import annotations
@@ -23,9 +29,25 @@ import grain
 import numpy as np
 
 from configs.validate import ConfigError
-from data.corpora import Document
+from data.corpora import Document, PreparedSplit, TokenizedDocument
 from data.position_samplers import PositionSampler
 from data.tokenizers import ByteTokenizer
+
+
+def document_ids(doc: Document | TokenizedDocument, tokenizer: ByteTokenizer) -> np.ndarray:
+  """A document's token ids (without BOS): `doc.ids` if it is already tokenized, else encoded.
+
+  Returns:
+    int32 [num_tokens].
+
+  Raises:
+    ValueError: a `TokenizedDocument` made by another tokenizer than `tokenizer`.
+  """
+  if isinstance(doc, TokenizedDocument):
+    if doc.tokenizer != tokenizer:
+      raise ValueError(f"document {doc.name!r} was tokenized by {doc.tokenizer!r}, not {tokenizer!r}")
+    return doc.ids
+  return tokenizer.encode(doc.data)
 
 
 def pack_stream(docs: Sequence[Document], tokenizer: ByteTokenizer) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +59,7 @@ def pack_stream(docs: Sequence[Document], tokenizer: ByteTokenizer) -> tuple[np.
   """
   parts, starts = [], []
   for doc in docs:
-    ids = tokenizer.encode(doc.data)
+    ids = document_ids(doc, tokenizer)
     parts.append(np.concatenate([[tokenizer.bos_id], ids]).astype(np.int32))
     flag = np.zeros(len(ids) + 1, dtype=bool)
     flag[0] = True
@@ -72,10 +94,15 @@ class PackedWindows:
   """A random-access source of packed training windows (a grain `RandomAccessDataSource`).
 
   Window `i` covers stream tokens `[i * train_len, (i + 1) * train_len]` (inclusive).
+
+  Attributes:
+    tokens: int32 [total] token stream: an array (`pack_stream`) or a lazy `RecordTokens`.
+    doc_start: bool [total], True at each BOS: an array or a lazy `RecordStarts`.
+    train_len: window length L, tokens.
   """
 
-  tokens: np.ndarray
-  doc_start: np.ndarray
+  tokens: np.ndarray | RecordTokens
+  doc_start: np.ndarray | RecordStarts
   train_len: int
 
   def __len__(self) -> int:
@@ -89,14 +116,92 @@ class PackedWindows:
     return window_fields(self.tokens[lo:hi], self.doc_start[lo:hi])
 
 
-def train_dataset(docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_len: int,
+def record_offsets(lengths: np.ndarray) -> np.ndarray:
+  """Stream offset of each document's BOS when documents of `lengths` tokens are packed.
+
+  Returns:
+    int64 [documents + 1]: offsets[k] is document k's BOS; offsets[-1] the stream length.
+  """
+  return np.concatenate([[0], np.cumsum(np.asarray(lengths, np.int64) + 1)])
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordStarts:
+  """`doc_start` of the stream of a `PreparedSplit`, computed from document lengths alone.
+
+  Slicing `[lo:hi]` gives bool [hi - lo], True at each BOS, as `pack_stream`'s `doc_start`.
+  """
+
+  offsets: np.ndarray  # int64 [documents + 1], from `record_offsets`
+
+  def __len__(self) -> int:
+    return int(self.offsets[-1])
+
+  def __getitem__(self, window: slice) -> np.ndarray:
+    lo, hi, _ = window.indices(len(self))
+    flags = np.zeros(max(0, hi - lo), bool)
+    first, last = np.searchsorted(self.offsets[:-1], [lo, hi])
+    flags[self.offsets[first:last] - lo] = True
+    return flags
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordTokens:
+  """The token stream of a `PreparedSplit` (BOS + ids per document, in record order), lazily.
+
+  Slicing `[lo:hi]` gives int32 [hi - lo], the tokens `pack_stream` would give for the same
+  documents, reading only the records that overlap the slice.
+  """
+
+  split: PreparedSplit
+  offsets: np.ndarray  # int64 [documents + 1], from `record_offsets`
+  bos_id: int
+
+  def __len__(self) -> int:
+    return int(self.offsets[-1])
+
+  def __getitem__(self, window: slice) -> np.ndarray:
+    lo, hi, _ = window.indices(len(self))
+    if hi <= lo:
+      return np.zeros(0, np.int32)
+    first = int(np.searchsorted(self.offsets, lo, side="right")) - 1
+    last = int(np.searchsorted(self.offsets, hi, side="left"))
+    parts = []
+    for ids in self.split.read_ids(range(first, last)):
+      parts += [np.array([self.bos_id], np.int32), ids]
+    base = int(self.offsets[first])
+    return np.concatenate(parts)[lo - base:hi - base]
+
+
+def packed_windows(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteTokenizer,
+                   train_len: int) -> PackedWindows:
+  """Packs documents (BOS before each, in order) into windows of `train_len + 1` tokens.
+
+  Documents in memory are tokenized and concatenated (`pack_stream`); a `PreparedSplit` is
+  packed lazily from its records (`RecordTokens`, `RecordStarts`), giving the same windows.
+
+  Raises:
+    ValueError: a `PreparedSplit` prepared with another tokenizer than `tokenizer`.
+  """
+  if isinstance(docs, PreparedSplit):
+    if docs.tokenizer != tokenizer:
+      raise ValueError(f"{docs!r} was tokenized by {docs.tokenizer!r}, not {tokenizer!r}")
+    offsets = record_offsets(docs.lengths)
+    return PackedWindows(RecordTokens(docs, offsets, tokenizer.bos_id), RecordStarts(offsets),
+                         train_len)
+  return PackedWindows(*pack_stream(docs, tokenizer), train_len)
+
+
+def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteTokenizer, *, train_len: int,
                   batch_size: int, seed: int, process_index: int = 0,
                   process_count: int = 1,
                   sampler: PositionSampler | None = None) -> grain.IterDataset:
   """Infinite, shuffled, batched training data for this process.
 
-  Windows are sharded across processes (`process_index::process_count`) before shuffling, so each
-  host reads a disjoint part; `batch_size` is the per-process batch. The shuffle is a fresh
+  `docs` are text documents, tokenized documents, or the training split of a prepared corpus
+  (`PreparedSplit`, read lazily; see `packed_windows`). Windows are sharded across processes
+  (`process_index::process_count`, i.e. `jax.process_index()` / `jax.process_count()`) before
+  shuffling, so each host reads a disjoint part; `batch_size` is the per-process batch. The shuffle is a fresh
   permutation every epoch (grain's `MapDataset.shuffle` reseeds per epoch under `repeat`).
   With `sampler` (data/position_samplers.py: randomized positions, arXiv 2305.16843, or PoSE,
   arXiv 2309.10400), each example's `positions` are redrawn from the sampler's seed, this
@@ -110,8 +215,7 @@ def train_dataset(docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_l
   Raises:
     ConfigError: if the documents give fewer windows than one batch.
   """
-  tokens, starts = pack_stream(docs, tokenizer)
-  source = PackedWindows(tokens, starts, train_len)
+  source = packed_windows(docs, tokenizer, train_len)
   ds = grain.MapDataset.source(source)[process_index::process_count]
   if len(ds) < batch_size:
     raise ConfigError(f"the training split gives {len(ds)} windows of data.train_len={train_len} "
@@ -128,7 +232,7 @@ def document_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, length:
                      max_tokens_per_doc: int | None = None) -> dict[str, np.ndarray]:
   """Non-overlapping evaluation windows that start at each document start.
 
-  Each document (BOS + bytes) is cut into windows of `length + 1` tokens starting at its BOS;
+  Each document (BOS + its tokens, `document_ids`) is cut into windows of `length + 1` tokens starting at its BOS;
   each window holds one document only, its positions run 0..length-1, and a final partial window
   is dropped so that every scored token has the same context budget. With `max_tokens_per_doc`,
   only the first `ceil(max_tokens_per_doc / length)` windows of each document are kept, so every
@@ -140,7 +244,7 @@ def document_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, length:
   """
   rows = []
   for doc in docs:
-    ids = np.concatenate([[tokenizer.bos_id], tokenizer.encode(doc.data)]).astype(np.int32)
+    ids = np.concatenate([[tokenizer.bos_id], document_ids(doc, tokenizer)]).astype(np.int32)
     n = (len(ids) - 1) // length
     if max_tokens_per_doc is not None:
       n = min(n, -(-max_tokens_per_doc // length))
@@ -183,8 +287,8 @@ def sliding_document_windows(docs: Sequence[Document], tokenizer: ByteTokenizer,
   positions and segment_ids are read-only broadcast views), i.e. ~12 * length * tokens / stride.
 
   Args:
-    docs: documents (bytes).
-    tokenizer: the byte tokenizer (BOS is prepended to every document).
+    docs: documents (text, or tokenized: `document_ids`).
+    tokenizer: the tokenizer (BOS is prepended to every document).
     length: window length L, tokens (>= 1).
     stride: window advance S, tokens (1 <= S <= L).
     max_tokens_per_doc: scored targets per document (None = all windows).
@@ -203,7 +307,7 @@ def sliding_document_windows(docs: Sequence[Document], tokenizer: ByteTokenizer,
     raise ValueError(f"stride must be an integer in [1, length={length}]; got {stride!r}")
   rows, first_scored = [], []
   for doc in docs:
-    ids = np.concatenate([[tokenizer.bos_id], tokenizer.encode(doc.data)]).astype(np.int32)
+    ids = np.concatenate([[tokenizer.bos_id], document_ids(doc, tokenizer)]).astype(np.int32)
     num_targets = len(ids) - 1
     if num_targets < length:
       continue
