@@ -1,0 +1,272 @@
+"""Collects a study's results into one tidy table: `python -m sweeps.collect <root>/<study>`.
+
+Reads every run folder of the study (a folder with a config.json written by train.py): its
+config, its final metrics (metrics.jsonl: the last training loss and validation loss) and every
+result JSON in its eval/ folder (train.py's and eval.run's: ppl_vs_length*, loss_by_position*,
+passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
+
+  <study>/results.parquet, results.csv
+      one row per run x suite x length x extension (x protocol for the perplexity suites):
+      run, scheme, seed, train_len, num_params, the config fields that vary between runs
+      (`cfg.<dotted field>`), the final losses, then per result suite, extension,
+      extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file and
+      per length:
+        ppl_vs_length     length, multiplier, nll (nats/token), ppl, bits_per_byte, tokens,
+                          windows, window_stride (tokens), skipped (the reason, if skipped)
+        loss_by_position  length, multiplier, nll, tokens, detail = JSON list of the position
+                          bins ({start, end, nll, tokens}; end exclusive)
+        passkey / needle  length, multiplier, accuracy, correct, prompts, skipped,
+                          max_length_passing and threshold (of the whole grid), detail = JSON
+                          {depth: accuracy} of the length's cells
+        algorithmic       size (length = the example's tokens, multiplier = size / the largest
+                          trained size), exact_match, token_accuracy, examples, in_distribution
+      If a run holds one result (same suite, extension, factor, protocol, stride) at several
+      checkpoint steps, the latest step is kept.
+  <study>/summary.csv (and printed)
+      per scheme (and model size, train_len, the other varying fields except seeds) x extension
+      x factor x protocol, over seeds (and any other field left out): ppl at 1x/2x/4x/8x/16x
+      train_len, the extrapolation ratio ppl(8x)/ppl(1x) (computed per run, then averaged),
+      passkey_max_length (max_length_passing; 0 when even the shortest length fails), the final
+      validation loss: `<metric>_mean` and `<metric>_std` (sample std, NaN for one run), and
+      `runs`, the number of runs averaged. Passkey values belong to an extension and factor, not
+      to a protocol: they appear on every protocol's row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any, Iterable
+
+import pandas as pd
+from absl import app
+
+from configs.validate import ConfigError
+from eval.files import atomic_write
+from sweeps.study import result_key
+from sweeps.workdirs import read_results
+
+SUMMARY_MULTIPLIERS = (1, 2, 4, 8, 16)
+STANDARD_FIELDS = {"model.position.kind": "scheme", "seed": "seed", "data.train_len": "train_len",
+                   "model.num_layers": "num_layers", "model.d_model": "d_model",
+                   "model.num_heads": "num_heads", "train.num_steps": "num_steps"}
+MANIFEST = "study.json"
+
+
+class CollectError(ConfigError):
+  """The study folder cannot be collected (missing, or holds no run)."""
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+  """{"a": {"b": 1}} -> {"a.b": 1}; lists become tuples (hashable, comparable)."""
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict):
+      out.update(_flatten(v, key + "."))
+    else:
+      out[key] = tuple(v) if isinstance(v, list) else v
+  return out
+
+
+def run_dirs(study_dir: str) -> list[str]:
+  """The run folders of a study folder (those with a config.json), sorted by name."""
+  return sorted(os.path.join(study_dir, n) for n in os.listdir(study_dir)
+                if os.path.isfile(os.path.join(study_dir, n, "config.json")))
+
+
+def final_metrics(workdir: str) -> dict[str, Any]:
+  """The last logged step, training loss and validation loss of metrics.jsonl (None if absent)."""
+  out = {"final_step": None, "final_train_loss": None, "final_val_loss": None}
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return out
+  with open(path) as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+      except ValueError:
+        continue  # a line cut by a kill; train.py rewrites the file on resume
+      out["final_step"] = max(out["final_step"] or 0, record.get("step", 0))
+      if record.get("loss") is not None:
+        out["final_train_loss"] = record["loss"]
+      if record.get("val_loss") is not None:
+        out["final_val_loss"] = record["val_loss"]
+  return out
+
+
+def _result_rows(result: dict, train_len: int) -> list[dict[str, Any]]:
+  """The per-length (per-size) rows of one result JSON, in the table's columns."""
+  suite = result["suite"]
+  rows = []
+  if suite == "ppl_vs_length":
+    for r in result.get("rows", []):
+      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
+                   "nll": r.get("nll"), "ppl": r.get("ppl"), "bits_per_byte": r.get("bits_per_byte"),
+                   "tokens": r.get("tokens"), "windows": r.get("windows"),
+                   "window_stride": r.get("stride"), "skipped": r.get("skipped")})
+  elif suite == "loss_by_position":
+    for r in result.get("rows", []):
+      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
+                   "nll": r.get("nll"), "tokens": r.get("tokens"), "window_stride": r.get("stride"),
+                   "detail": json.dumps(r.get("bins", []))})
+  elif suite in ("passkey", "needle"):
+    by_length: dict[int, dict[str, Any]] = {}
+    for cell in result.get("cells", []):
+      by_length.setdefault(cell["length"], {})[f"{cell['depth']:g}"] = cell.get("accuracy")
+    for r in result.get("rows", []):
+      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
+                   "accuracy": r.get("accuracy"), "correct": r.get("correct"),
+                   "prompts": r.get("prompts"), "skipped": r.get("skipped"),
+                   "max_length_passing": result.get("max_length_passing"),
+                   "threshold": result.get("threshold"),
+                   "detail": json.dumps(by_length.get(r["length"], {}), sort_keys=True)})
+  elif suite == "algorithmic":
+    top = result.get("train_max_size") or 1
+    for r in result.get("rows", []):
+      rows.append({"size": r["size"], "length": r.get("sequence_length"),
+                   "multiplier": r["size"] / top, "exact_match": r.get("exact_match"),
+                   "token_accuracy": r.get("token_accuracy"), "examples": r.get("examples"),
+                   "in_distribution": r.get("in_distribution"), "skipped": r.get("skipped")})
+  return rows
+
+
+def collect(study_dir: str) -> pd.DataFrame:
+  """The tidy results table of a study folder (module docstring).
+
+  Raises:
+    CollectError: the folder does not exist or holds no run with a config.json.
+  """
+  if not os.path.isdir(study_dir):
+    raise CollectError(f"{study_dir} is not a folder (expected <root>/<study>)")
+  dirs = run_dirs(study_dir)
+  if not dirs:
+    raise CollectError(f"{study_dir} holds no run folder with a config.json (nothing trained yet?)")
+  runs = []
+  for workdir in dirs:
+    with open(os.path.join(workdir, "config.json")) as f:
+      stored = json.load(f)
+    runs.append((workdir, stored, _flatten(stored.get("config", {}))))
+  fields = sorted({k for _, _, flat in runs for k in flat})
+  varying = [k for k in fields if k not in STANDARD_FIELDS
+             and len({repr(flat.get(k)) for _, _, flat in runs}) > 1]
+  study = os.path.basename(os.path.normpath(study_dir))
+  records = []
+  for workdir, stored, flat in runs:
+    base = {"study": study, "run": os.path.basename(workdir)}
+    base.update({name: flat.get(path) for path, name in STANDARD_FIELDS.items()})
+    base["num_params"] = stored.get("num_params")
+    base.update({f"cfg.{k}": flat.get(k) for k in varying})
+    base.update(final_metrics(workdir))
+    latest: dict[Any, tuple[str, dict]] = {}
+    for name, result in read_results(workdir):
+      key = result_key(result)
+      if key not in latest or result.get("step", -1) > latest[key][1].get("step", -1):
+        latest[key] = (name, result)
+    for key, (name, result) in sorted(latest.items(), key=lambda kv: kv[1][0]):
+      head = {"suite": key.suite, "extension": key.extension, "extension_factor": key.factor,
+              "protocol": key.protocol, "stride": key.stride, "step": result.get("step"),
+              "file": f"eval/{name}"}
+      for row in _result_rows(result, flat.get("data.train_len") or 1):
+        records.append({**base, **head, **row})
+  frame = pd.DataFrame.from_records(records)
+  if frame.empty:
+    raise CollectError(f"no result JSON in any {study_dir}/<run>/eval/ (runs still training?)")
+  return frame
+
+
+def _seedless(columns: Iterable[str]) -> list[str]:
+  """Run-level columns that define a configuration apart from seeds (the summary's groups)."""
+  return [c for c in columns if c in ("scheme", "train_len", "num_params", "num_layers", "d_model",
+                                      "num_heads", "num_steps")
+          or (c.startswith("cfg.") and not c.endswith("seed"))]
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+  """The per-configuration summary over seeds (module docstring)."""
+  config_cols = _seedless(frame.columns)
+  ppl = frame[frame["suite"] == "ppl_vs_length"]
+  per_run = []
+  for (run, ext, factor, protocol), rows in ppl.groupby(
+      ["run", "extension", "extension_factor", "protocol"], dropna=False):
+    values = {"run": run, "extension": ext, "extension_factor": factor, "protocol": protocol}
+    by_mult = {round(m, 6): p for m, p in zip(rows["multiplier"], rows["ppl"])}
+    for m in SUMMARY_MULTIPLIERS:
+      values[f"ppl_{m}x"] = by_mult.get(m)
+    one, eight = values["ppl_1x"], values["ppl_8x"]
+    values["ratio_8x_1x"] = eight / one if one and eight and not math.isnan(one) \
+        and not math.isnan(eight) else None
+    per_run.append(values)
+  per_run = pd.DataFrame(per_run, columns=["run", "extension", "extension_factor", "protocol",
+                                           *[f"ppl_{m}x" for m in SUMMARY_MULTIPLIERS],
+                                           "ratio_8x_1x"])
+  passkey_rows = frame[frame["suite"] == "passkey"]
+  if passkey_rows.empty:
+    passkey = pd.DataFrame(columns=["run", "extension", "extension_factor", "passkey_max_length"])
+  else:
+    passkey = passkey_rows.groupby(["run", "extension", "extension_factor"], dropna=False)[
+        "max_length_passing"].first().fillna(0).rename("passkey_max_length").reset_index()
+  if per_run.empty:  # a passkey-only study: one row per extension, no protocol
+    per_run = passkey.assign(protocol=None)
+  else:
+    per_run = per_run.merge(passkey, on=["run", "extension", "extension_factor"], how="left")
+  runs = frame.drop_duplicates("run").set_index("run")[config_cols + ["final_val_loss"]]
+  per_run = per_run.join(runs, on="run")
+  metrics = [c for c in per_run.columns if c.startswith(("ppl_", "ratio_", "passkey_"))] + [
+      "final_val_loss"]
+  for c in metrics:
+    per_run[c] = pd.to_numeric(per_run[c], errors="coerce")
+  keys = config_cols + ["extension", "extension_factor", "protocol"]
+  grouped = per_run.groupby(keys, dropna=False, sort=True)
+  summary = grouped[metrics].agg(["mean", "std"])
+  summary.columns = [f"{metric}_{stat}" for metric, stat in summary.columns]
+  summary.insert(0, "runs", grouped["run"].nunique())
+  return summary.reset_index()
+
+
+def write_frame(frame: pd.DataFrame, path: str) -> None:
+  """Writes `frame` to `path` (.parquet or .csv) atomically."""
+  if path.endswith(".parquet"):
+    atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
+  else:
+    atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def missing_runs(study_dir: str, frame: pd.DataFrame) -> list[str]:
+  """Runs the launcher's study.json lists that have no results in `frame` yet."""
+  path = os.path.join(study_dir, MANIFEST)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    names = [r["name"] for r in json.load(f).get("runs", [])]
+  have = set(frame["run"])
+  return [n for n in names if n not in have]
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError("usage: python -m sweeps.collect <root>/<study>")
+  study_dir = argv[1]
+  try:
+    frame = collect(study_dir)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  summary = summarize(frame)
+  for name in ("results.parquet", "results.csv"):
+    write_frame(frame, os.path.join(study_dir, name))
+  write_frame(summary, os.path.join(study_dir, "summary.csv"))
+  with pd.option_context("display.width", 250, "display.max_columns", 60,
+                         "display.float_format", "{:.4g}".format):
+    print(summary.to_string(index=False))
+  absent = missing_runs(study_dir, frame)
+  print(f"# {frame['run'].nunique()} runs, {len(frame)} rows -> {study_dir}/results.parquet, "
+        f"results.csv, summary.csv"
+        + (f"; {len(absent)} run(s) of study.json without results yet: {', '.join(absent)}"
+           if absent else ""))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,724 @@
+"""Launches a study's runs: `python -m sweeps.launch <study> --backend=local|tpu|slurm --root=<dir>`.
+
+  python -m sweeps.launch sweeps/pe_extrapolation_cpu.py --backend=local --root=workdirs/sweeps
+  python -m sweeps.launch sweeps.pe_extrapolation_cpu --backend=local --root=workdirs/sweeps --dry-run
+
+`<study>` is a study file or module defining `STUDY` (sweeps/study.py). Every run's workdir is
+`<root>/<study name>/<run name>`. Before anything is launched, every run's configs are checked as
+train.py and eval.run check them (configs/validate.py, eval-time extensions, lengths), and every
+command is parsed back with ml_collections' config_flags to the exact config the study means; a
+bad study fails here with one line naming the run and the field (exit status 2).
+
+A run is complete when its final checkpoint (train.num_steps) and every result it asks for are
+in its workdir (sweeps/workdirs.py); complete runs are skipped, so launching again resumes a
+study: a deleted or half-finished run re-runs (train.py resumes from its latest checkpoint), a
+run whose training finished but some evaluation did not runs only those evaluations.
+
+Backends:
+  local   runs each pending run here as subprocesses (train.py, then `python -m eval.run` for
+          each further evaluation), --parallel at a time, with one log per run
+          (<root>/<study>/<run>/launch.log) and a progress bar over runs; a failed run does not
+          stop the others; at the end a table of every run launched, and exit status 1 if any
+          failed.
+  tpu     a TPU VM (or --parallel of them, named <tpu_name>-<i>) through `gcloud compute tpus
+          tpu-vm`: create it unless it exists; on --worker=all mount --tpu_bucket with gcsfuse
+          at --tpu_mount, clone or fetch the code at --tpu_git_ref and `pip install -e .`; then
+          run each pending run's commands on --worker=all, one run at a time per TPU (one
+          process per host; train.py's jax.distributed start-up joins them). --root is the
+          workdirs' folder on the workers, an absolute path under the mount (train.py writes
+          with file I/O, so no gs:// URL); this machine reads the runs' state through
+          gs://<bucket>/... (etils.epath: needs gcsfs), or, without a bucket, at --root itself
+          (a shared file system mounted here too). Logs: --log_root/<study>/<run>.log here.
+  slurm   writes <root>/<study>/<run>/slurm.sbatch per pending run (install once per venv under
+          flock, then `srun` train.py and eval.run on --slurm_nodes nodes, one process per node)
+          and submits it with `sbatch`. --root must be a folder every node sees.
+
+`--dry-run` prints exactly the commands (local, tpu) or scripts (slurm) that would run, for the
+runs not yet complete, and launches nothing. (A dry run does not read a bucket: it lists every
+run.)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import datetime
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Sequence
+
+from absl import app, flags, logging
+
+from configs.validate import ConfigError
+from sweeps import workdirs
+from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
+    validate_run
+
+BACKENDS = ("local", "tpu", "slurm")
+LOG_NAME = "launch.log"
+MANIFEST = "study.json"
+SBATCH_NAME = "slurm.sbatch"
+
+
+class LaunchError(ConfigError):
+  """A launcher flag or the environment it needs is wrong; the message names the flag."""
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """One command of a run.
+
+  Attributes:
+    label: "train" or "eval <i>".
+    argv: what is executed (no shell for local runs; `bash -c <line>` for tpu).
+    line: the same as one shell line (what --dry-run prints).
+    results: the results it writes (checked after it ran).
+  """
+
+  label: str
+  argv: tuple[str, ...]
+  line: str
+  results: tuple[ResultKey, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+  """A run of the study with its workdir and state.
+
+  Attributes:
+    run: the run.
+    workdir: its workdir as its commands see it (<root>/<study>/<run>).
+    state_dir: the same folder as this machine reads it (a gs:// URL for a TPU bucket).
+    state: where it stands (None: not read, e.g. a dry run on a bucket).
+  """
+
+  run: Run
+  workdir: str
+  state_dir: str
+  state: workdirs.RunState | None
+
+  @property
+  def pending(self) -> bool:
+    """True unless the run is known to be complete."""
+    return self.state is None or not self.state.complete
+
+
+def default_num_devices(run: Run) -> int:
+  """Devices assumed for a remote run's checks: the product of the fixed mesh axes."""
+  m = run.config.mesh
+  return math.prod(s for s in (m.data, m.fsdp, m.tensor) if s != -1)
+
+
+def plan(study: Study, root: str, *, num_devices: int | None, read_state: bool,
+         state_root: str | None = None) -> list[Planned]:
+  """Checks every run of `study` and reads where each stands under `root`.
+
+  Args:
+    study: the study.
+    root: the sweep root as the runs see it.
+    num_devices: devices each run sees (None: `default_num_devices` of each run).
+    read_state: read each workdir (False: every run is listed as pending).
+    state_root: the sweep root as this machine reads it (None: `root`; a gs:// URL for a
+      bucket that the TPU workers mount).
+
+  Returns:
+    One Planned per run, in the study's order.
+
+  Raises:
+    ConfigError: a bad study, run config or command (before anything is launched).
+    LaunchError: a root that cannot be read.
+  """
+  state_root = state_root or root
+  runs = study.runs()
+  check_commands(runs, study.base_config())
+  out = []
+  for run in runs:
+    validate_run(run, num_devices or default_num_devices(run))
+  for run in runs:
+    workdir = workdirs.join(root, study.name, run.name)
+    state_dir = workdirs.join(state_root, study.name, run.name)
+    state = None
+    if read_state:
+      try:
+        state = workdirs.run_state(run, state_dir)
+      except Exception as e:  # epath raises the bucket library's own errors
+        raise LaunchError(f"cannot read {state_dir}: {e}"
+                          + (" (gs:// needs `pip install gcsfs` and `gcloud auth "
+                             "application-default login`)" if workdirs.is_remote(state_root)
+                             else "")) from None
+    out.append(Planned(run, workdir, state_dir, state))
+  return out
+
+
+def run_steps(planned: Planned, python: str, config_arg: str) -> list[Step]:
+  """The commands a pending run needs: train.py unless only evaluations are missing, then the
+  eval.run invocations with missing results (all of them when the state is unknown)."""
+  run, state = planned.run, planned.state
+  steps = []
+  if state is None or state.train:
+    argv = run.train_argv(python, config_arg, planned.workdir)
+    steps.append(Step("train", tuple(argv), shlex.join(argv), run.train_results))
+  for i, command in enumerate(run.evals):
+    if state is None or command in state.evals:
+      argv = run.eval_argv(command, python, planned.workdir)
+      steps.append(Step(f"eval {i}", tuple(argv), shlex.join(argv), command.results))
+  return steps
+
+
+def manifest(study: Study, planned: Sequence[Planned]) -> dict:
+  """The study as launched (read by sweeps.collect): config, common fields, and per run its
+  training fields, evaluation points, eval.run fields and expected results."""
+  return {
+      "study": study.name, "description": study.description, "config": study.config_arg(),
+      "common": dict(study.common), "written": datetime.datetime.now().isoformat(timespec="seconds"),
+      "runs": [{"name": p.run.name, "overrides": dict(p.run.overrides),
+                "eval_points": [dict(e) for e in p.run.eval_points],
+                "evals": [dict(e.overrides) for e in p.run.evals],
+                "results": [k._asdict() for k in p.run.results]} for p in planned]}
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes `text` to a local path atomically (eval/files.py) or to a bucket object (objects
+  appear whole when the upload completes)."""
+  if workdirs.is_remote(path):
+    from etils import epath
+    epath.Path(path).write_text(text)
+    return
+  from eval.files import atomic_write
+  def write(tmp):
+    with open(tmp, "w") as f:
+      f.write(text)
+  atomic_write(path, write)
+
+
+# ---------------------------------------------------------------------------- execution
+
+
+@dataclasses.dataclass
+class Outcome:
+  """How a launched run ended: status "ok" | "failed" | "submitted" (slurm)."""
+
+  run: str
+  status: str
+  seconds: float
+  detail: str
+  log: str
+
+
+def _tail(path: str, lines: int = 3) -> str:
+  """The last non-empty lines of a log, joined with ' | ' (progress-bar carriage returns cut)."""
+  try:
+    with open(path, errors="replace") as f:
+      text = f.read()[-20000:]
+  except OSError:
+    return ""
+  rows = [r.split("\r")[-1].strip() for r in text.splitlines()]
+  return " | ".join([r for r in rows if r][-lines:])
+
+
+def execute(name: str, steps: Sequence[Step], log_path: str,
+            check: Callable[[int], str] | None = None) -> Outcome:
+  """Runs `steps` in order from the repository root, appending their output to `log_path`;
+  stops at the first that fails. `check(i)` (if given) is called after step i succeeded and
+  returns what is wrong ('' = nothing), which fails the run too.
+
+  Returns:
+    The run's Outcome ("ok" or "failed", with the failed command's exit status and the log's
+    last lines, or what `check` found).
+  """
+  os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+  start = time.perf_counter()
+  with open(log_path, "a") as log:
+    for i, step in enumerate(steps):
+      log.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} {name}: "
+                f"{step.label}\n$ {step.line}\n")
+      log.flush()
+      rc = subprocess.run(list(step.argv), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL).returncode
+      problem = f"{step.label} exited {rc}" if rc else (check(i) if check else "")
+      if problem:
+        log.write(f"=== {problem}\n")
+        log.flush()
+        detail = f"{problem}: {_tail(log_path)}" if rc else problem
+        return Outcome(name, "failed", time.perf_counter() - start, detail, log_path)
+  return Outcome(name, "ok", time.perf_counter() - start, "", log_path)
+
+
+def _checker(planned: Planned, steps: Sequence[Step]) -> Callable[[int], str]:
+  """A `check` for `execute`: after step i, every result of steps 0..i must be in eval/ at the
+  final step (a later eval.run that writes an earlier result's file name is caught here), and
+  after the last step the run must be complete."""
+  def check(i: int) -> str:
+    run = planned.run
+    if i < len(steps) - 1:
+      present = workdirs.present_results(planned.state_dir, run.num_steps)
+      lost = [k for s in steps[:i + 1] for k in s.results if k not in present]
+      if not lost:
+        return ""
+    else:
+      state = workdirs.run_state(run, planned.state_dir)
+      if state.complete:
+        return ""
+      if not state.trained:
+        return f"no finalized checkpoint at step {run.num_steps} in {planned.workdir}/checkpoints"
+      lost = list(state.missing)
+    return (f"after {steps[i].label}, results missing in eval/: "
+            + "; ".join(k.describe() for k in lost)
+            + (" (a later eval.run wrote the same file name over them)" if i else ""))
+  return check
+
+
+def run_all(jobs: Sequence[tuple[str, Callable[[], Outcome]]], parallel: int, desc: str) -> list[Outcome]:
+  """Runs `jobs` ((name, fn() -> Outcome)) `parallel` at a time with a progress bar over jobs;
+  a job that raises is a failed Outcome. Returns the outcomes in the jobs' order."""
+  from tqdm import tqdm
+  outcomes: dict[str, Outcome] = {}
+  bar = tqdm(total=len(jobs), desc=desc, unit="run", dynamic_ncols=True)
+  failed = 0
+  with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+    futures = {pool.submit(fn): name for name, fn in jobs}
+    for future in concurrent.futures.as_completed(futures):
+      name = futures[future]
+      try:
+        outcome = future.result()
+      except Exception as e:  # a launcher-side error in one run must not stop the others
+        outcome = Outcome(name, "failed", 0.0, f"{type(e).__name__}: {e}", "")
+      outcomes[name] = outcome
+      failed += outcome.status == "failed"
+      bar.set_postfix(failed=failed)
+      bar.write(f"{outcome.status:>9}  {name}  ({_duration(outcome.seconds)})")
+      bar.update(1)
+  bar.close()
+  return [outcomes[name] for name, _ in jobs]
+
+
+def _duration(seconds: float) -> str:
+  """e.g. 11m32s."""
+  m, s = divmod(int(round(seconds)), 60)
+  return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def summary_table(outcomes: Sequence[Outcome]) -> str:
+  """The outcomes as a fixed-width table (run, status, time, detail, log)."""
+  import pandas as pd
+  frame = pd.DataFrame([{"run": o.run, "status": o.status, "time": _duration(o.seconds),
+                         "detail": o.detail[:160], "log": o.log} for o in outcomes])
+  with pd.option_context("display.max_colwidth", 200, "display.width", 250):
+    return frame.to_string(index=False)
+
+
+# ---------------------------------------------------------------------------- backends
+
+
+def launch_local(study: Study, planned: Sequence[Planned], *, python: str, parallel: int,
+                 dry_run: bool) -> list[Outcome]:
+  """Runs (or, dry, prints) the pending runs here, `parallel` at a time."""
+  config_arg = study.config_arg()
+  todo = [p for p in planned if p.pending]
+  if dry_run:
+    for p in todo:
+      print(f"# run {p.run.name} ({p.state.describe()})")
+      for step in run_steps(p, python, config_arg):
+        print(step.line)
+    return []
+  def job(p: Planned) -> Outcome:
+    steps = run_steps(p, python, config_arg)
+    return execute(p.run.name, steps, os.path.join(p.workdir, LOG_NAME), _checker(p, steps))
+  jobs = [(p.run.name, lambda p=p: job(p)) for p in todo]
+  return run_all(jobs, parallel, study.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuOptions:
+  """gcloud settings of the tpu backend (see the --tpu_* flags)."""
+
+  name: str
+  zone: str
+  project: str
+  accelerator_type: str
+  runtime_version: str
+  spot: bool
+  repo: str
+  git_ref: str
+  code_dir: str
+  jax_requirement: str
+  python: str
+  bucket: str
+  mount: str
+
+
+def _gcloud(opts: TpuOptions, verb: str, tpu: str, *extra: str) -> str:
+  """`gcloud compute tpus tpu-vm <verb> <tpu> --zone=... [--project=...] <extra>` as a line."""
+  argv = ["gcloud", "compute", "tpus", "tpu-vm", verb, tpu, f"--zone={opts.zone}"]
+  if opts.project:
+    argv.append(f"--project={opts.project}")
+  return shlex.join(argv + list(extra))
+
+
+def tpu_setup_lines(opts: TpuOptions, tpu: str) -> list[str]:
+  """Shell lines that create the TPU VM `tpu` unless it exists, then on every worker mount the
+  bucket (if any) with gcsfuse, put the code at `opts.git_ref` in `opts.code_dir` and
+  `pip install -e .` it."""
+  create = [f"--accelerator-type={opts.accelerator_type}", f"--version={opts.runtime_version}"]
+  if opts.spot:
+    create.append("--spot")
+  code = shlex.quote(opts.code_dir)
+  mount = ""
+  if opts.bucket:
+    m = shlex.quote(opts.mount)
+    mount = (f"sudo mkdir -p {m} && sudo chown \"$(id -u)\" {m}; mountpoint -q {m} || "
+             f"gcsfuse --implicit-dirs {shlex.quote(opts.bucket)} {m}; ")
+  remote = (f"set -e; {mount}if [ -d {code}/.git ]; then git -C {code} fetch --quiet origin; "
+            f"else git clone --quiet {shlex.quote(opts.repo)} {code}; fi; "
+            f"git -C {code} checkout --quiet --detach {shlex.quote(opts.git_ref)}; "
+            f"cd {code} && {shlex.quote(opts.python)} -m pip install --quiet -e . "
+            f"{shlex.quote(opts.jax_requirement)}")
+  return [f"{_gcloud(opts, 'describe', tpu)} >/dev/null 2>&1 || {_gcloud(opts, 'create', tpu, *create)}",
+          _gcloud(opts, "ssh", tpu, "--worker=all", f"--command={remote}")]
+
+
+def tpu_run_steps(opts: TpuOptions, tpu: str, planned: Planned, config_arg: str) -> list[Step]:
+  """A run's commands, each run on every worker of `tpu` from the code folder."""
+  steps = []
+  for step in run_steps(planned, opts.python, config_arg):
+    remote = f"cd {shlex.quote(opts.code_dir)} && {step.line}"
+    line = _gcloud(opts, "ssh", tpu, "--worker=all", f"--command={remote}")
+    steps.append(Step(step.label, ("bash", "-c", line), line, step.results))
+  return steps
+
+
+def launch_tpu(study: Study, planned: Sequence[Planned], opts: TpuOptions, *, parallel: int,
+               dry_run: bool, log_root: str) -> list[Outcome]:
+  """Runs (or, dry, prints) the pending runs on `parallel` TPU VMs, one run at a time each."""
+  config_arg = study.config_arg()
+  todo = [p for p in planned if p.pending]
+  tpus = [opts.name] if parallel == 1 else [f"{opts.name}-{i}" for i in range(parallel)]
+  assigned = {tpu: todo[i::len(tpus)] for i, tpu in enumerate(tpus)}
+  if dry_run:
+    for tpu in tpus:
+      print(f"# TPU {tpu}: create unless it exists, fetch the code, install (every worker)")
+      for line in tpu_setup_lines(opts, tpu):
+        print(line)
+      for p in assigned[tpu]:
+        print(f"# run {p.run.name} on {tpu}"
+              + (f" ({p.state.describe()})" if p.state else ""))
+        for step in tpu_run_steps(opts, tpu, p, config_arg):
+          print(step.line)
+    return []
+  lock = threading.Lock()
+  results: list[Outcome] = []
+  from tqdm import tqdm
+  bar = tqdm(total=len(todo), desc=study.name, unit="run", dynamic_ncols=True)
+
+  def slot(tpu: str) -> None:
+    setup = [Step("setup", ("bash", "-c", line), line) for line in tpu_setup_lines(opts, tpu)]
+    outcome = execute(f"setup {tpu}", setup, os.path.join(log_root, study.name, f"_setup_{tpu}.log"))
+    for p in assigned[tpu]:
+      if outcome.status != "ok":
+        done = Outcome(p.run.name, "failed", 0.0, f"TPU {tpu} setup failed: {outcome.detail}",
+                       outcome.log)
+      else:
+        steps = tpu_run_steps(opts, tpu, p, config_arg)
+        done = execute(p.run.name, steps, os.path.join(log_root, study.name, f"{p.run.name}.log"),
+                       _checker(p, steps))
+      with lock:
+        results.append(done)
+        bar.write(f"{done.status:>9}  {done.run}  ({_duration(done.seconds)})")
+        bar.update(1)
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=len(tpus)) as pool:
+    for future in [pool.submit(slot, tpu) for tpu in tpus]:
+      future.result()
+  bar.close()
+  order = {p.run.name: i for i, p in enumerate(todo)}
+  return sorted(results, key=lambda o: order[o.run])
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmOptions:
+  """sbatch settings of the slurm backend (see the --slurm_* flags)."""
+
+  nodes: int
+  gpus_per_node: int
+  cpus_per_task: int
+  time: str
+  partition: str
+  account: str
+  setup: tuple[str, ...]
+  code_dir: str
+  venv: str
+  jax_requirement: str
+
+
+def sbatch_script(opts: SlurmOptions, study: Study, planned: Planned) -> str:
+  """The sbatch script of one run: resources, setup lines, the install step (once per venv,
+  serialized by flock), then each command through srun, one process per node."""
+  python = os.path.join(opts.venv, "bin", "python")
+  directives = [f"--job-name={study.name}/{planned.run.name}",
+                f"--output={os.path.join(planned.workdir, LOG_NAME)}", "--open-mode=append",
+                f"--nodes={opts.nodes}", "--ntasks-per-node=1",
+                f"--cpus-per-task={opts.cpus_per_task}", f"--time={opts.time}"]
+  if opts.gpus_per_node:
+    directives.append(f"--gpus-per-node={opts.gpus_per_node}")
+  if opts.partition:
+    directives.append(f"--partition={opts.partition}")
+  if opts.account:
+    directives.append(f"--account={opts.account}")
+  install = (f"[ -x {shlex.quote(python)} ] || python3 -m venv {shlex.quote(opts.venv)}; "
+             f"{shlex.quote(python)} -m pip install --quiet -e {shlex.quote(opts.code_dir)} "
+             f"{shlex.quote(opts.jax_requirement)}")
+  srun = f"srun --nodes={opts.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1"
+  lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
+      f"# study {study.name}, run {planned.run.name}: written by sweeps.launch", "set -euo pipefail",
+      *opts.setup, f"cd {shlex.quote(opts.code_dir)}",
+      "# install: once per venv; flock keeps concurrent jobs from installing at once",
+      f"flock {shlex.quote(opts.venv + '.lock')} bash -c {shlex.quote(install)}"]
+  for step in run_steps(planned, python, study.config_arg()):
+    lines.append(f"{srun} {step.line}")
+  return "\n".join(lines) + "\n"
+
+
+def launch_slurm(study: Study, planned: Sequence[Planned], opts: SlurmOptions, *,
+                 dry_run: bool) -> list[Outcome]:
+  """Writes and submits (or, dry, prints) one sbatch script per pending run."""
+  outcomes = []
+  for p in (p for p in planned if p.pending):
+    script = sbatch_script(opts, study, p)
+    path = os.path.join(p.workdir, SBATCH_NAME)
+    if dry_run:
+      print(f"# run {p.run.name} ({p.state.describe()}): {path}")
+      print(script, end="")
+      print(shlex.join(["sbatch", path]))
+      continue
+    write_text(path, script)
+    start = time.perf_counter()
+    done = subprocess.run(["sbatch", path], capture_output=True, text=True)
+    detail = (done.stdout.strip() or done.stderr.strip())[-300:]
+    outcomes.append(Outcome(p.run.name, "submitted" if done.returncode == 0 else "failed",
+                            time.perf_counter() - start, detail,
+                            os.path.join(p.workdir, LOG_NAME)))
+  return outcomes
+
+
+# ---------------------------------------------------------------------------- entry point
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Command-line flags (defined only when run as a script)."""
+  flags.DEFINE_enum("backend", "local", BACKENDS, "Where runs execute.")
+  flags.DEFINE_string("root", None, "Sweep root: workdirs are <root>/<study>/<run> (tpu: an "
+                      "absolute path on the workers, under --tpu_mount; slurm: a folder every "
+                      "node sees).")
+  flags.DEFINE_integer("parallel", 1, "local: runs at once; tpu: TPU VMs used (<tpu_name>-<i> "
+                       "when > 1), one run at a time each.")
+  flags.DEFINE_bool("dry_run", False, "Print the commands / scripts; launch nothing.")
+  flags.DEFINE_alias("dry-run", "dry_run")
+  flags.DEFINE_integer("num_devices", 0, "Devices each run sees, for the mesh and batch checks "
+                       "before launching; 0 = this machine's (local) or the product of the "
+                       "config's fixed mesh axes (tpu, slurm).")
+  flags.DEFINE_string("python", None, "Interpreter of the runs; default: this one (local), "
+                      "python3 (tpu), <slurm_venv>/bin/python (slurm).")
+  flags.DEFINE_string("log_root", "workdirs/sweep_logs", "tpu: local folder for per-run logs "
+                      "(<log_root>/<study>/<run>.log).")
+  flags.DEFINE_string("jax_requirement", None, "pip requirement installed with the code; default "
+                      "jax[tpu] (tpu) or jax[cuda12] (slurm).")
+  flags.DEFINE_string("tpu_name", None, "tpu: TPU VM name (created if it does not exist).")
+  flags.DEFINE_string("tpu_zone", None, "tpu: zone, e.g. us-central2-b.")
+  flags.DEFINE_string("tpu_project", "", "tpu: GCP project; '' = gcloud's default.")
+  flags.DEFINE_string("tpu_accelerator_type", "v4-8", "tpu: accelerator type, e.g. v4-32, v5p-64.")
+  flags.DEFINE_string("tpu_runtime_version", "tpu-ubuntu2204-base", "tpu: TPU VM runtime version.")
+  flags.DEFINE_bool("tpu_spot", False, "tpu: create a spot TPU VM.")
+  flags.DEFINE_string("tpu_repo", None, "tpu: git URL the workers clone; default: this "
+                      "checkout's `origin` remote.")
+  flags.DEFINE_string("tpu_git_ref", None, "tpu: commit the workers check out; default: this "
+                      "checkout's HEAD (push it first).")
+  flags.DEFINE_string("tpu_code_dir", "pe-sweeps", "tpu: code folder on each worker (relative "
+                      "to the home folder).")
+  flags.DEFINE_string("tpu_bucket", "", "tpu: GCS bucket (gs://NAME or NAME) that every worker "
+                      "mounts with gcsfuse at --tpu_mount for the workdirs; this machine reads "
+                      "the runs' state through gs:// (gcsfs). '' = --root is a shared file system "
+                      "(NFS) that this machine mounts too.")
+  flags.DEFINE_string("tpu_mount", "", "tpu: where the workers mount --tpu_bucket; default "
+                      "/mnt/<bucket>.")
+  flags.DEFINE_integer("slurm_nodes", 1, "slurm: nodes per run (one process per node).")
+  flags.DEFINE_integer("slurm_gpus_per_node", 1, "slurm: GPUs per node.")
+  flags.DEFINE_integer("slurm_cpus_per_task", 8, "slurm: CPUs per process.")
+  flags.DEFINE_string("slurm_time", "24:00:00", "slurm: time limit per run.")
+  flags.DEFINE_string("slurm_partition", "", "slurm: partition ('' = the cluster's default).")
+  flags.DEFINE_string("slurm_account", "", "slurm: account ('' = none).")
+  flags.DEFINE_multi_string("slurm_setup", [], "slurm: shell lines run before the install "
+                            "(repeatable), e.g. 'module load cuda/12.4'.")
+  flags.DEFINE_string("slurm_code_dir", REPO_ROOT, "slurm: the code folder on the shared file "
+                      "system.")
+  flags.DEFINE_string("slurm_venv", None, "slurm: virtual environment; default "
+                      "<slurm_code_dir>/.venv.")
+
+
+def _git(*args: str) -> str:
+  """Output of `git <args>` in the repository root ('' if git fails)."""
+  done = subprocess.run(["git", "-C", REPO_ROOT, *args], capture_output=True, text=True)
+  return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def tpu_options() -> TpuOptions:
+  """TpuOptions from the flags.
+
+  Raises:
+    LaunchError: --tpu_name or --tpu_zone missing; no --tpu_repo and no origin remote; no
+      --tpu_git_ref and no commit.
+  """
+  for name in ("tpu_name", "tpu_zone"):
+    if not FLAGS[name].value:
+      raise LaunchError(f"--backend=tpu needs --{name}")
+  repo = FLAGS.tpu_repo or _git("remote", "get-url", "origin")
+  if not repo:
+    raise LaunchError("--backend=tpu needs --tpu_repo (this checkout has no `origin` remote)")
+  ref = FLAGS.tpu_git_ref or _git("rev-parse", "HEAD")
+  if not ref:
+    raise LaunchError("--backend=tpu needs --tpu_git_ref (this checkout has no commit)")
+  bucket = FLAGS.tpu_bucket.removeprefix("gs://").strip("/")
+  if "/" in bucket:
+    raise LaunchError(f"--tpu_bucket takes a bucket (gs://NAME), not a path; got "
+                      f"{FLAGS.tpu_bucket} (put the path in --root, under --tpu_mount)")
+  mount = FLAGS.tpu_mount or (f"/mnt/{bucket}" if bucket else "")
+  if mount and not os.path.isabs(mount):
+    raise LaunchError(f"--tpu_mount must be an absolute path; got {mount}")
+  return TpuOptions(FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.tpu_project, FLAGS.tpu_accelerator_type,
+                    FLAGS.tpu_runtime_version, FLAGS.tpu_spot, repo, ref, FLAGS.tpu_code_dir,
+                    FLAGS.jax_requirement or "jax[tpu]", FLAGS.python or "python3", bucket, mount)
+
+
+def tpu_state_root(opts: TpuOptions, root: str) -> str:
+  """--root (a path on the workers) as this machine reads it: through gs:// when it lies in the
+  mounted bucket, else the same path (a shared file system mounted here too).
+
+  Raises:
+    LaunchError: a bucket is given and --root is not under its mount.
+  """
+  if not opts.bucket:
+    return root
+  rel = os.path.relpath(root, opts.mount)
+  if rel.startswith(".."):
+    raise LaunchError(f"--root={root} must lie under --tpu_mount={opts.mount}, where the workers "
+                      f"mount gs://{opts.bucket}")
+  return f"gs://{opts.bucket}" + ("" if rel == "." else f"/{rel}")
+
+
+def slurm_options() -> SlurmOptions:
+  """SlurmOptions from the flags.
+
+  Raises:
+    LaunchError: a node, GPU or CPU count < 1 (0 GPUs is allowed), or a relative code folder.
+  """
+  for name, low in (("slurm_nodes", 1), ("slurm_gpus_per_node", 0), ("slurm_cpus_per_task", 1)):
+    if FLAGS[name].value < low:
+      raise LaunchError(f"--{name} must be >= {low}; got {FLAGS[name].value}")
+  if not os.path.isabs(FLAGS.slurm_code_dir):
+    raise LaunchError(f"--slurm_code_dir must be an absolute path; got {FLAGS.slurm_code_dir}")
+  venv = FLAGS.slurm_venv or os.path.join(FLAGS.slurm_code_dir, ".venv")
+  if FLAGS.python:
+    raise LaunchError("--backend=slurm runs <slurm_venv>/bin/python; set --slurm_venv, "
+                      "not --python")
+  return SlurmOptions(FLAGS.slurm_nodes, FLAGS.slurm_gpus_per_node, FLAGS.slurm_cpus_per_task,
+                      FLAGS.slurm_time, FLAGS.slurm_partition, FLAGS.slurm_account,
+                      tuple(FLAGS.slurm_setup), FLAGS.slurm_code_dir, venv,
+                      FLAGS.jax_requirement or "jax[cuda12]")
+
+
+def launch(study_spec: str) -> int:
+  """Checks the flags and the study, then launches (or prints) the pending runs.
+
+  Returns:
+    0 when every launched run succeeded (or was submitted), 1 when one failed.
+
+  Raises:
+    ConfigError (StudyError, LaunchError): a bad flag, study or run config, before launching.
+  """
+  backend, root, dry_run = FLAGS.backend, FLAGS.root, FLAGS.dry_run
+  if not root:
+    raise LaunchError("--root is required (the folder or gs:// path that holds <study>/<run>)")
+  if FLAGS.parallel < 1:
+    raise LaunchError(f"--parallel must be >= 1; got {FLAGS.parallel}")
+  if workdirs.is_remote(root):
+    raise LaunchError(f"--root={root}: train.py writes with file I/O, so give a folder (for a "
+                      "bucket on TPU workers: --tpu_bucket, mounted at --tpu_mount, and a --root "
+                      "under the mount)")
+  if backend == "tpu" and not os.path.isabs(root):
+    raise LaunchError(f"--backend=tpu: --root={root} must be an absolute path on the workers")
+  root = os.path.abspath(root)
+  if backend == "slurm" and any(c.isspace() for c in root):
+    raise LaunchError(f"--backend=slurm: --root={root!r} contains white space, which #SBATCH "
+                      "lines cannot hold")
+  tpu = tpu_options() if backend == "tpu" else None
+  state_root = tpu_state_root(tpu, root) if tpu else root
+  slurm = slurm_options() if backend == "slurm" else None
+  if backend == "slurm" and FLAGS.parallel != 1:
+    raise LaunchError("--parallel does not apply to --backend=slurm (the scheduler runs jobs "
+                      "side by side)")
+  study = load_study(study_spec)
+  if backend == "tpu" and os.path.isabs(study.config_arg()):
+    raise LaunchError(f"--backend=tpu: Study.config {study.config_arg()} is outside the "
+                      f"repository, so the TPU workers' checkout does not have it")
+  num_devices = FLAGS.num_devices or None
+  if backend == "local" and num_devices is None:
+    import jax
+    num_devices = jax.device_count()
+  read_state = not (dry_run and (workdirs.is_remote(state_root) or not os.path.isdir(state_root)))
+  planned = plan(study, root, num_devices=num_devices, read_state=read_state,
+                 state_root=state_root)
+  todo = [p for p in planned if p.pending]
+  print(f"# study {study.name}: {len(planned)} runs, {len(todo)} to run"
+        + ("" if read_state else f" ({state_root} not read in a dry run: every run listed)")
+        + f"; backend {backend}, root {root}"
+        + (f"\n# {study.description}" if study.description else ""))
+  if not dry_run:
+    write_text(workdirs.join(state_root, study.name, MANIFEST), json.dumps(
+        manifest(study, planned), indent=2, sort_keys=True, default=str) + "\n")
+  if backend == "local":
+    outcomes = launch_local(study, planned, python=FLAGS.python or sys.executable,
+                            parallel=FLAGS.parallel, dry_run=dry_run)
+  elif backend == "tpu":
+    outcomes = launch_tpu(study, planned, tpu, parallel=FLAGS.parallel, dry_run=dry_run,
+                          log_root=os.path.abspath(FLAGS.log_root))
+  else:
+    outcomes = launch_slurm(study, planned, slurm, dry_run=dry_run)
+  if dry_run:
+    return 0
+  if outcomes:
+    print(summary_table(outcomes))
+  failed = [o for o in outcomes if o.status == "failed"]
+  print(f"# {len(outcomes) - len(failed)} of {len(outcomes)} launched runs "
+        f"{'submitted' if backend == 'slurm' else 'succeeded'}; "
+        f"{len(planned) - len(todo)} were already complete"
+        + (f"; {len(failed)} FAILED (logs above)" if failed else ""))
+  return 1 if failed else 0
+
+
+def main(argv):
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # JAX's backend probing logs at INFO
+  if len(argv) != 2:
+    raise app.UsageError("usage: python -m sweeps.launch <study file or module> --root=<dir> "
+                         "[--backend=local|tpu|slurm] [--parallel=N] [--dry-run]")
+  try:
+    code = launch(argv[1])
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  sys.exit(code)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,0 +1,326 @@
+"""Sweeps: points and run names, overrides and their flags, planning, the launcher end to end
+(run, resume, a failing run), the tpu/slurm dry runs, and the collected table."""
+
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_config
+from configs import base
+from configs.validate import ConfigError
+from sweeps import collect, launch, study as study_lib, workdirs
+from sweeps.study import Study, StudyError, cross, product, zip_
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The launcher's children must see one CPU device (the tests' XLA_FLAGS ask for 8).
+ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
+
+
+def launch_cli(*args, env=None, timeout=600):
+  """`python -m sweeps.launch <args>` from the repository root; returns the CompletedProcess."""
+  return subprocess.run([sys.executable, "-m", "sweeps.launch", *args], cwd=ROOT,
+                        env=env or ENV, capture_output=True, text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------- points and names
+
+
+def test_product_zip_cross_build_points():
+  points = product(**{"model.position.kind": ["rope", "alibi"]}, seed=[0, 1])
+  assert points == [{"model.position.kind": "rope", "seed": 0},
+                    {"model.position.kind": "rope", "seed": 1},
+                    {"model.position.kind": "alibi", "seed": 0},
+                    {"model.position.kind": "alibi", "seed": 1}]
+  seeds = zip_(seed=[0, 1], **{"data.shuffle_seed": [5, 6]})
+  assert seeds == [{"seed": 0, "data.shuffle_seed": 5}, {"seed": 1, "data.shuffle_seed": 6}]
+  assert len(cross(seeds, product(**{"model.position.kind": ["rope", "alibi", "t5"]}))) == 6
+  with pytest.raises(StudyError, match="equal lengths"):
+    zip_(seed=[0, 1], **{"data.shuffle_seed": [0]})
+  with pytest.raises(StudyError, match="non-empty list"):
+    product(seed=3)
+  with pytest.raises(StudyError, match=r"\['seed'\] are set by two"):
+    cross([{"seed": 0}], [{"seed": 1}])
+
+
+def test_run_names_are_short_stable_safe_and_unique():
+  shorts = study_lib.short_names(base.get_config(), study_lib.DEFAULT_ALIASES)
+  assert shorts["model.position.kind"] == "kind"
+  assert shorts["data.train_len"] == "train_len"
+  assert shorts["seed"] == "seed"  # also the end of data.passkey.seed etc., but a whole path
+  assert shorts["data.passkey.seed"] == "data.passkey.seed"  # eval.passkey.seed exists too
+  assert shorts["data.position_sampler.kind"] == "position_sampler.kind"
+  name = study_lib.run_name({"seed": 1, "model.position.kind": "rope", "data.train_len": 256,
+                             "eval.length_multipliers": (0.5, 1.0), "data.text_glob": "a/b*.txt",
+                             "eval.extension": "pi,yarn", "model.position.clamp": True},
+                            shorts)
+  assert name == ("clamp=True,extension=pi+yarn,kind=rope,length_multipliers=0.5-1,seed=1,"
+                  "text_glob=a_b_.txt,train_len=256")
+  long = study_lib.run_name({"data.text_glob": "x" * 300}, shorts)
+  assert len(long) == study_lib.NAME_MAX and long != study_lib.run_name(
+      {"data.text_glob": "x" * 299}, shorts)
+  assert study_lib.run_name({}, shorts) == "base"
+  clash = Study("clash", "configs/alibi_tiny.py",
+                lambda: product(**{"data.text_glob": ["a/b", "a_b"]}))
+  with pytest.raises(StudyError, match="the same name 'text_glob=a_b'"):
+    clash.runs()
+
+
+def test_overrides_name_the_bad_field():
+  config = base.get_config()
+  with pytest.raises(StudyError, match=r"model.position has no field 'knd'; did you mean "
+                                       r"'model.position.kind'"):
+    study_lib.apply_overrides(config, {"model.position.knd": "rope"})
+  with pytest.raises(StudyError, match=r"model.num_layers='4': the field is an int"):
+    study_lib.apply_overrides(config, {"model.num_layers": "4"})
+  with pytest.raises(StudyError, match="names a section"):
+    study_lib.apply_overrides(config, {"model.position": "rope"})
+  with pytest.raises(StudyError, match="a bool"):
+    study_lib.apply_overrides(config, {"model.position.clamp": 1})
+  out = study_lib.apply_overrides(config, {"eval.factor": 4, "eval.length_multipliers": [1, 2]})
+  assert out.eval.factor == 4.0 and isinstance(out.eval.factor, float)
+  assert out.eval.length_multipliers == (1, 2) and config.eval.factor == 1.0  # a copy
+  bad = Study("bad", "configs/alibi_tiny.py", lambda: [{"model.positoin.kind": "rope"}])
+  with pytest.raises(StudyError, match=r"point 0 .*model has no field 'positoin'; did you mean "
+                                       r"'model.position'\?"):
+    bad.runs()
+
+
+def test_commands_round_trip_to_the_same_config(monkeypatch):
+  """Every value type, strings with commas, empty strings and tuples included, is written so
+  that ml_collections' config_flags give back the exact config (train.py and eval.run)."""
+  tricky = {"data.text_glob": "corpus/{a,b}/*.txt", "data.cache_dir": "",
+            "model.position.clamp": True, "train.learning_rate": 1e-05,
+            "model.position.rope_theta_per_layer": (), "model.position.kind": "rope",
+            "train.num_steps": 7}
+  common = {"eval.length_multipliers": (0.5,), "eval.passkey.depths": (0.0, 0.5, 1.0)}
+  s = Study("rt", "configs/alibi_tiny.py", lambda: [
+      tricky, {**tricky, "eval.extension": "pi,yarn", "eval.factor": 4,
+               "eval.passkey.depths": (0.25,)}], common=common)
+  [run] = s.runs()
+  argv = run.train_argv("python", s.config_arg(), "w")
+  assert "--config.data.text_glob=corpus/{a,b}/*.txt" in argv
+  assert "--config.eval.length_multipliers=(0.5,)" in argv
+  parsed = study_lib.parse_flags(argv[2:])
+  assert parsed.to_dict() == run.config.to_dict()
+  assert parsed.data.cache_dir == "" and parsed.model.position.rope_theta_per_layer == ()
+  [command] = run.evals
+  parsed = study_lib.parse_flags(run.eval_argv(command, "python", "w")[3:], run.config)
+  assert parsed.eval.extension == "pi,yarn" and parsed.eval.factor == 4.0
+  assert parsed.eval.passkey.depths == (0.25,)
+  study_lib.check_commands([run], s.base_config())  # the launcher's own check: passes
+  writer = study_lib.flag_value
+  monkeypatch.setattr(study_lib, "flag_value",  # a wrong writer of tuples
+                      lambda v: "(2.0,)" if isinstance(v, tuple) else writer(v))
+  with pytest.raises(StudyError, match=r"length_multipliers=\(2.0,\) parses to \(2.0,\) "
+                                       r"\(tuple\), not \(0.5,\)"):
+    study_lib.check_commands([run], s.base_config())
+  monkeypatch.setattr(study_lib, "flag_value", lambda v: "yes please")
+  with pytest.raises(StudyError, match="run '.*': config_flags cannot parse --config.*yes please"):
+    study_lib.check_commands([run], s.base_config())
+
+
+def test_points_group_into_runs_and_evaluation_points():
+  from sweeps import pe_extrapolation_cpu
+  runs = pe_extrapolation_cpu.STUDY.runs()
+  assert len(runs) == 18
+  assert runs[0].name == "kind=none,seed=0,shuffle_seed=0"
+  assert {r.name for r in runs} >= {"kind=rope,seed=1,shuffle_seed=1",
+                                    "kind=kerple_log,seed=0,shuffle_seed=0"}
+  rope = next(r for r in runs if r.name == "kind=rope,seed=0,shuffle_seed=0")
+  alibi = next(r for r in runs if r.name == "kind=alibi,seed=0,shuffle_seed=0")
+  assert "--config.eval.extension" not in " ".join(alibi.train_argv("p", "c", "w"))
+  assert alibi.config.train.num_steps == 600
+  # train.py gives non-overlapping perplexity and passkey; eval.run the sliding pass.
+  assert [k.suite for k in alibi.train_results] == ["ppl_vs_length", "loss_by_position",
+                                                    "passkey"]
+  [sliding] = alibi.evals
+  assert dict(sliding.overrides)["eval.protocol"] == "sliding"
+  assert dict(sliding.overrides)["eval.suites"] == "ppl_vs_length,loss_by_position"
+  assert len(rope.evals) == 3 and len(rope.results) == 3 + 2 + 2 * 2 * 3
+  # Two evaluation points asking for one result with different settings are refused.
+  conflict = Study("c", "configs/alibi_tiny.py", lambda: [
+      {"seed": 0}, {"seed": 0, "eval.max_tokens_per_length": 100}])
+  with pytest.raises(StudyError, match="ppl_vs_length .* different eval settings"):
+    conflict.runs()
+
+
+def test_bad_runs_are_refused_before_launching(tmp_path):
+  bad_kind = Study("b", "configs/alibi_tiny.py", lambda: [{"model.position.kind": "rotary"}])
+  with pytest.raises(ConfigError, match="run 'kind=rotary': model.position.kind='rotary'"):
+    launch.plan(bad_kind, str(tmp_path), num_devices=1, read_state=False)
+  bad_ext = Study("b", "configs/alibi_tiny.py", lambda: [{"eval.extension": "yarn"}])
+  with pytest.raises(ConfigError, match="eval.extension='yarn' applies to"):
+    launch.plan(bad_ext, str(tmp_path), num_devices=1, read_state=False)
+
+
+# ---------------------------------------------------------------------------- dry runs
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory):
+  """The three backends' dry runs of the CPU study, run side by side."""
+  root = str(tmp_path_factory.mktemp("dry"))
+  args = {
+      "local": ["--backend=local", f"--root={root}"],
+      "tpu": ["--backend=tpu", "--root=/mnt/pe-bucket/sweeps", "--tpu_bucket=gs://pe-bucket",
+              "--tpu_name=pe-v4", "--tpu_zone=us-central2-b", "--tpu_accelerator_type=v4-32",
+              "--tpu_repo=https://example.org/pe-sweeps.git", "--tpu_git_ref=0123abc"],
+      "slurm": ["--backend=slurm", f"--root={root}", "--slurm_nodes=2",
+                "--slurm_setup=module load cuda/12.4"]}
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    done = {k: pool.submit(launch_cli, "sweeps/pe_extrapolation_cpu.py", *a, "--dry-run")
+            for k, a in args.items()}
+    out = {k: f.result() for k, f in done.items()}
+  for k, p in out.items():
+    assert p.returncode == 0, (k, p.stderr[-2000:])
+  return root, {k: p.stdout for k, p in out.items()}
+
+
+def test_local_dry_run_lists_every_run(dry_runs):
+  root, out = dry_runs
+  lines = out["local"].splitlines()
+  assert lines[0].startswith("# study pe_extrapolation_cpu: 18 runs, 18 to run")
+  assert sum(l.startswith("# run ") for l in lines) == 18
+  train = [l for l in lines if " train.py " in l]
+  assert len(train) == 18 and all("--config=configs/passkey_tiny.py" in l for l in train)
+  rope = f"--workdir={root}/pe_extrapolation_cpu/kind=rope,seed=1,shuffle_seed=1"
+  assert any(rope in l and "--config.model.position.kind=rope" in l for l in train)
+  assert sum(" -m eval.run " in l for l in lines) == 18 + 2 * 2
+  assert not os.path.exists(os.path.join(root, "pe_extrapolation_cpu"))  # nothing written
+
+
+def test_tpu_dry_run_has_worker_flag_install_run_and_workdir(dry_runs):
+  _, out = dry_runs
+  lines = out["tpu"].splitlines()
+  assert any("gcloud compute tpus tpu-vm describe pe-v4 --zone=us-central2-b" in l
+             and "|| gcloud compute tpus tpu-vm create pe-v4" in l
+             and "--accelerator-type=v4-32" in l for l in lines)
+  assert "gs://pe-bucket/sweeps not read in a dry run" in lines[0]
+  install = [l for l in lines if "pip install" in l]
+  assert len(install) == 1 and "--worker=all" in install[0]
+  assert "gcsfuse --implicit-dirs pe-bucket /mnt/pe-bucket" in install[0]
+  assert "git clone --quiet https://example.org/pe-sweeps.git pe-sweeps" in install[0]
+  assert "checkout --quiet --detach 0123abc" in install[0] and "-e ." in install[0]
+  train = [l for l in lines if "train.py" in l]
+  assert len(train) == 18 and all(l.startswith("gcloud compute tpus tpu-vm ssh pe-v4 ")
+                                  and "--worker=all" in l and "cd pe-sweeps && python3 train.py"
+                                  in l for l in train)
+  assert any("--workdir=/mnt/pe-bucket/sweeps/pe_extrapolation_cpu/kind=alibi,seed=0,"
+             "shuffle_seed=0 " in l for l in train)
+
+
+def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
+  root, out = dry_runs
+  scripts = out["slurm"].split("#!/bin/bash")[1:]
+  assert len(scripts) == 18
+  script = next(s for s in scripts if "--job-name=pe_extrapolation_cpu/kind=xpos,seed=1" in s)
+  workdir = f"{root}/pe_extrapolation_cpu/kind=xpos,seed=1,shuffle_seed=1"
+  assert "#SBATCH --nodes=2" in script and f"#SBATCH --output={workdir}/launch.log" in script
+  assert "module load cuda/12.4" in script
+  assert "pip install --quiet -e" in script and "flock" in script
+  srun = [l for l in script.splitlines() if l.startswith("srun --nodes=2 --ntasks-per-node=1")]
+  assert len(srun) == 2 and " train.py --config=configs/passkey_tiny.py" in srun[0]
+  assert f"--workdir={workdir} " in srun[0] and " -m eval.run " in srun[1]
+  assert f"sbatch {workdir}/slurm.sbatch" in script
+
+
+# ---------------------------------------------------------------------------- end to end
+
+
+def write_mini_study(folder, text_glob: str, *, failing: bool) -> str:
+  """A study of the tests' tiny model (conftest.tiny_config, 4 steps, lengths 1x and 2x):
+  RoPE with seeds 0 and 1, seed 1 also evaluated with YaRN (x2); `failing` adds a run whose
+  corpus glob matches nothing (train.py fails on it, after the launcher's checks)."""
+  tiny = tiny_config(text_glob, "rope")
+  default = base.get_config()
+  fields = {p: study_lib.get_field(tiny, p) for p in study_lib.leaf_paths(tiny)
+            if study_lib.get_field(tiny, p) != study_lib.get_field(default, p)}
+  fields.update({"train.num_steps": 4, "train.checkpoint_every_steps": 4,
+                 "eval.length_multipliers": (1.0, 2.0), "eval.max_tokens_per_length": 256})
+  config = os.path.join(folder, "tiny_config.py")
+  with open(config, "w") as f:
+    f.write("from configs import base\n\n\ndef get_config():\n  c = base.get_config()\n"
+            + "".join(f"  c.{p} = {v!r}\n" for p, v in fields.items()) + "  return c\n")
+  extra = '\n    {"seed": 2, "data.text_glob": "/nonexistent/*.txt"},' if failing else ""
+  path = os.path.join(folder, f"mini_{'failing' if failing else 'ok'}.py")
+  with open(path, "w") as f:
+    f.write(f'''from sweeps.study import Study, product
+
+STUDY = Study(name="mini", config={config!r}, points=lambda: product(seed=[0, 1]) + [
+    {{"seed": 1, "eval.extension": "yarn", "eval.factor": 2.0}},{extra}
+])
+''')
+  return path
+
+
+def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tmp_path,
+                                                                  capsys):
+  root = str(tmp_path / "root")
+  # Runs share compiled programs through JAX's persistent cache (the same model, other seeds).
+  env = ENV | {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+  ok_study = write_mini_study(str(tmp_path), text_corpus, failing=False)
+  first = launch_cli(ok_study, f"--root={root}", "--num_devices=1", env=env)
+  assert first.returncode == 0, first.stdout + first.stderr
+  assert "2 runs, 2 to run" in first.stdout and "2 of 2 launched runs succeeded" in first.stdout
+  seed0, seed1 = (os.path.join(root, "mini", f"seed={i}") for i in (0, 1))
+  for workdir in (seed0, seed1):
+    assert workdirs.finished_steps(workdir) == [4]
+  assert os.path.exists(os.path.join(seed1, "eval", "ppl_vs_length_yarn_x2.json"))
+  assert not os.path.exists(os.path.join(seed0, "eval", "ppl_vs_length_yarn_x2.json"))
+
+  # Resume: a deleted run trains again; a run missing one eval result only re-evaluates; a run
+  # that fails (its corpus glob matches nothing) does not stop the others.
+  shutil.rmtree(seed0)
+  os.remove(os.path.join(seed1, "eval", "ppl_vs_length_yarn_x2.json"))
+  seed1_metrics = os.path.getmtime(os.path.join(seed1, "metrics.jsonl"))
+  failing_study = write_mini_study(str(tmp_path), text_corpus, failing=True)
+  second = launch_cli(failing_study, f"--root={root}", "--parallel=2", "--num_devices=1", env=env)
+  assert second.returncode == 1, second.stdout + second.stderr
+  assert "3 runs, 3 to run" in second.stdout
+  table = second.stdout[second.stdout.index("run "):]
+  assert "FAILED" in second.stdout and "train exited 2" in table
+  failed_name = "seed=2,text_glob=_nonexistent__.txt"
+  assert {line.split()[0]: line.split()[1] for line in table.splitlines()[1:]
+          if line.strip() and not line.startswith("#")} == {
+              "seed=0": "ok", "seed=1": "ok", failed_name: "failed"}
+  with open(os.path.join(root, "mini", failed_name, "launch.log")) as f:
+    assert "matches no file" in f.read()
+  with open(os.path.join(seed1, "launch.log")) as f:
+    log = f.read()
+  assert log.count(": train\n") == 1 and log.count(": eval 0\n") == 2  # no retraining
+  assert os.path.getmtime(os.path.join(seed1, "metrics.jsonl")) == seed1_metrics
+  assert os.path.exists(os.path.join(seed1, "eval", "ppl_vs_length_yarn_x2.json"))
+
+  frame = collect.collect(os.path.join(root, "mini"))
+  assert len(frame) == 2 * 2 + 2 * 2 * 2  # runs x suites x lengths x extensions
+  counts = frame.groupby(["run", "suite", "extension"]).size().to_dict()
+  assert counts == {("seed=0", "ppl_vs_length", "none"): 2,
+                    ("seed=0", "loss_by_position", "none"): 2,
+                    ("seed=1", "ppl_vs_length", "none"): 2,
+                    ("seed=1", "loss_by_position", "none"): 2,
+                    ("seed=1", "ppl_vs_length", "yarn"): 2,
+                    ("seed=1", "loss_by_position", "yarn"): 2}
+  ppl = frame[frame["suite"] == "ppl_vs_length"]
+  assert set(ppl["length"]) == {32, 64} and (ppl["ppl"] > 1).all()
+  assert set(frame["scheme"]) == {"rope"} and set(frame["seed"]) == {0, 1}
+  assert (frame["step"] == 4).all() and (frame["train_len"] == 32).all()
+  assert frame["final_val_loss"].notna().all()
+  summary = collect.summarize(frame).set_index("extension")
+  assert len(summary) == 2 and summary.loc["none", "runs"] == 2 and summary.loc["yarn", "runs"] == 1
+  assert summary.loc["none", "ppl_1x_std"] > 0  # two seeds
+  assert summary.loc["yarn", "extension_factor"] == 2.0 and summary.loc["yarn", "ppl_1x_mean"] > 1
+  assert pd.isna(summary.loc["yarn", "ppl_8x_mean"])  # not evaluated at 8x
+
+  collect.main(["collect", os.path.join(root, "mini")])  # the CLI, in this process
+  assert "run(s) of study.json without results yet: " + failed_name in capsys.readouterr().out
+  back = pd.read_parquet(os.path.join(root, "mini", "results.parquet"))
+  assert len(back) == len(frame) and set(back.columns) == set(frame.columns)
+  assert len(pd.read_csv(os.path.join(root, "mini", "results.csv"))) == len(frame)
+  assert len(pd.read_csv(os.path.join(root, "mini", "summary.csv"))) == 2
