@@ -326,7 +326,7 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
   todo = [p for p in planned if p.pending]
   if dry_run:
     for p in todo:
-      print(f"# run {p.run.name} ({p.state.describe()})")
+      print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else ""))
       for step in run_steps(p, python, config_arg):
         print(step.line)
     return []
@@ -495,7 +495,7 @@ def launch_slurm(study: Study, planned: Sequence[Planned], opts: SlurmOptions, *
     script = sbatch_script(opts, study, p)
     path = os.path.join(p.workdir, SBATCH_NAME)
     if dry_run:
-      print(f"# run {p.run.name} ({p.state.describe()}): {path}")
+      print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else "") + f": {path}")
       print(script, end="")
       print(shlex.join(["sbatch", path]))
       continue
@@ -674,7 +674,9 @@ def launch(study_spec: str) -> int:
   if backend == "local" and num_devices is None:
     import jax
     num_devices = jax.device_count()
-  read_state = not (dry_run and (workdirs.is_remote(state_root) or not os.path.isdir(state_root)))
+  # A dry run does not read a bucket, nor a TPU root that this machine does not mount.
+  read_state = not (dry_run and backend == "tpu" and (workdirs.is_remote(state_root)
+                                                       or not os.path.isdir(state_root)))
   planned = plan(study, root, num_devices=num_devices, read_state=read_state,
                  state_root=state_root)
   todo = [p for p in planned if p.pending]

@@ -232,9 +232,9 @@ def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
 # ---------------------------------------------------------------------------- end to end
 
 
-def write_mini_study(folder, text_glob: str, *, failing: bool) -> str:
-  """A study of the tests' tiny model (conftest.tiny_config, 4 steps, lengths 1x and 2x):
-  RoPE with seeds 0 and 1, seed 1 also evaluated with YaRN (x2); `failing` adds a run whose
+def write_mini_study(folder, text_glob: str, *, more: bool) -> str:
+  """A study of the tests' tiny model (conftest.tiny_config, 4 steps, lengths 1x and 2x): RoPE
+  with seeds 0 and 1. `more` adds an evaluation point, seed 1 with YaRN (x2), and a run whose
   corpus glob matches nothing (train.py fails on it, after the launcher's checks)."""
   tiny = tiny_config(text_glob, "rope")
   default = base.get_config()
@@ -246,13 +246,13 @@ def write_mini_study(folder, text_glob: str, *, failing: bool) -> str:
   with open(config, "w") as f:
     f.write("from configs import base\n\n\ndef get_config():\n  c = base.get_config()\n"
             + "".join(f"  c.{p} = {v!r}\n" for p, v in fields.items()) + "  return c\n")
-  extra = '\n    {"seed": 2, "data.text_glob": "/nonexistent/*.txt"},' if failing else ""
-  path = os.path.join(folder, f"mini_{'failing' if failing else 'ok'}.py")
+  extra = ('\n    {"seed": 1, "eval.extension": "yarn", "eval.factor": 2.0},'
+           '\n    {"seed": 2, "data.text_glob": "/nonexistent/*.txt"},') if more else ""
+  path = os.path.join(folder, f"mini_{'more' if more else 'first'}.py")
   with open(path, "w") as f:
     f.write(f'''from sweeps.study import Study, product
 
-STUDY = Study(name="mini", config={config!r}, points=lambda: product(seed=[0, 1]) + [
-    {{"seed": 1, "eval.extension": "yarn", "eval.factor": 2.0}},{extra}
+STUDY = Study(name="mini", config={config!r}, points=lambda: product(seed=[0, 1]) + [{extra}
 ])
 ''')
   return path
@@ -265,23 +265,24 @@ def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tm
   env = ENV | {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
-  ok_study = write_mini_study(str(tmp_path), text_corpus, failing=False)
-  first = launch_cli(ok_study, f"--root={root}", "--num_devices=1", env=env)
+  first_study = write_mini_study(str(tmp_path), text_corpus, more=False)
+  first = launch_cli(first_study, f"--root={root}", "--num_devices=1", env=env)
   assert first.returncode == 0, first.stdout + first.stderr
   assert "2 runs, 2 to run" in first.stdout and "2 of 2 launched runs succeeded" in first.stdout
   seed0, seed1 = (os.path.join(root, "mini", f"seed={i}") for i in (0, 1))
   for workdir in (seed0, seed1):
     assert workdirs.finished_steps(workdir) == [4]
-  assert os.path.exists(os.path.join(seed1, "eval", "ppl_vs_length_yarn_x2.json"))
-  assert not os.path.exists(os.path.join(seed0, "eval", "ppl_vs_length_yarn_x2.json"))
+    assert sorted(os.listdir(os.path.join(workdir, "eval"))) == [
+        "loss_by_position.json", "loss_by_position.png", "ppl_vs_length.json",
+        "ppl_vs_length.png"]
 
-  # Resume: a deleted run trains again; a run missing one eval result only re-evaluates; a run
-  # that fails (its corpus glob matches nothing) does not stop the others.
+  # Again, with seed 0's workdir deleted, an evaluation point (YaRN) added to seed 1 and a run
+  # that fails (its corpus glob matches nothing): seed 0 trains again, seed 1 is only
+  # evaluated, and the failure does not stop the others.
   shutil.rmtree(seed0)
-  os.remove(os.path.join(seed1, "eval", "ppl_vs_length_yarn_x2.json"))
   seed1_metrics = os.path.getmtime(os.path.join(seed1, "metrics.jsonl"))
-  failing_study = write_mini_study(str(tmp_path), text_corpus, failing=True)
-  second = launch_cli(failing_study, f"--root={root}", "--parallel=2", "--num_devices=1", env=env)
+  more_study = write_mini_study(str(tmp_path), text_corpus, more=True)
+  second = launch_cli(more_study, f"--root={root}", "--parallel=2", "--num_devices=1", env=env)
   assert second.returncode == 1, second.stdout + second.stderr
   assert "3 runs, 3 to run" in second.stdout
   table = second.stdout[second.stdout.index("run "):]
@@ -294,7 +295,7 @@ def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tm
     assert "matches no file" in f.read()
   with open(os.path.join(seed1, "launch.log")) as f:
     log = f.read()
-  assert log.count(": train\n") == 1 and log.count(": eval 0\n") == 2  # no retraining
+  assert log.count(": train\n") == 1 and log.count(": eval 0\n") == 1  # no retraining
   assert os.path.getmtime(os.path.join(seed1, "metrics.jsonl")) == seed1_metrics
   assert os.path.exists(os.path.join(seed1, "eval", "ppl_vs_length_yarn_x2.json"))
 
