@@ -308,12 +308,17 @@ def _duration(seconds: float) -> str:
 
 
 def summary_table(outcomes: Sequence[Outcome]) -> str:
-  """The outcomes as a fixed-width table (run, status, time, detail, log)."""
+  """The outcomes as a fixed-width table (run, status, time, detail cut to 100 characters,
+  log), then each failure's whole detail."""
   import pandas as pd
   frame = pd.DataFrame([{"run": o.run, "status": o.status, "time": _duration(o.seconds),
-                         "detail": o.detail[:160], "log": o.log} for o in outcomes])
+                         "detail": o.detail if len(o.detail) <= 100 else o.detail[:97] + "...",
+                         "log": o.log} for o in outcomes])
   with pd.option_context("display.max_colwidth", 200, "display.width", 250):
-    return frame.to_string(index=False)
+    table = frame.to_string(index=False)
+  failures = [f"FAILED {o.run}: {o.detail}\n  log: {o.log}" for o in outcomes
+              if o.status == "failed"]
+  return "\n".join([table, *failures])
 
 
 # ---------------------------------------------------------------------------- backends
@@ -680,7 +685,7 @@ def launch(study_spec: str) -> int:
   planned = plan(study, root, num_devices=num_devices, read_state=read_state,
                  state_root=state_root)
   todo = [p for p in planned if p.pending]
-  print(f"# study {study.name}: {len(planned)} runs, {len(todo)} to run"
+  print(f"# study {study.name}: {len(planned)} run{'s' * (len(planned) != 1)}, {len(todo)} to run"
         + ("" if read_state else f" ({state_root} not read in a dry run: every run listed)")
         + f"; backend {backend}, root {root}"
         + (f"\n# {study.description}" if study.description else ""))
@@ -703,7 +708,7 @@ def launch(study_spec: str) -> int:
   print(f"# {len(outcomes) - len(failed)} of {len(outcomes)} launched runs "
         f"{'submitted' if backend == 'slurm' else 'succeeded'}; "
         f"{len(planned) - len(todo)} were already complete"
-        + (f"; {len(failed)} FAILED (logs above)" if failed else ""))
+        + (f"; {len(failed)} FAILED (details and logs above)" if failed else ""))
   return 1 if failed else 0
 
 

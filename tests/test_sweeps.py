@@ -285,12 +285,11 @@ def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tm
   second = launch_cli(more_study, f"--root={root}", "--parallel=2", "--num_devices=1", env=env)
   assert second.returncode == 1, second.stdout + second.stderr
   assert "3 runs, 3 to run" in second.stdout
-  table = second.stdout[second.stdout.index("run "):]
-  assert "FAILED" in second.stdout and "train exited 2" in table
   failed_name = "seed=2,text_glob=_nonexistent__.txt"
-  assert {line.split()[0]: line.split()[1] for line in table.splitlines()[1:]
-          if line.strip() and not line.startswith("#")} == {
-              "seed=0": "ok", "seed=1": "ok", failed_name: "failed"}
+  table = second.stdout[second.stdout.index("run "):second.stdout.index("FAILED ")]
+  assert {line.split()[0]: line.split()[1] for line in table.splitlines()[1:]} == {
+      "seed=0": "ok", "seed=1": "ok", failed_name: "failed"}
+  assert f"FAILED {failed_name}: train exited 2: " in second.stdout
   with open(os.path.join(root, "mini", failed_name, "launch.log")) as f:
     assert "matches no file" in f.read()
   with open(os.path.join(seed1, "launch.log")) as f:
