@@ -57,6 +57,14 @@ FIELDS = ("inputs", "targets", "positions", "segment_ids")
 PROTOCOLS = ("non_overlapping", "sliding")
 
 
+def protocol_suffix(protocol: str, stride: int) -> str:
+  """File-name suffix of a protocol: "" for non_overlapping, "_sliding" (stride 0 = L // 2) or
+  "_sliding_s<stride>", so results of both protocols sit side by side in <workdir>/eval/."""
+  if protocol == "non_overlapping":
+    return ""
+  return "_sliding" + (f"_s{stride}" if stride else "")
+
+
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
   """Per-token negative log-likelihood, nats.
 

@@ -93,7 +93,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   needle from eval/needle.py; algorithmic from eval/algorithmic.py), extensions are
   `eval.extension` (comma-separated; "none" is the model as trained). Each (suite, extension)
   writes `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
-  `_<extension>_x<eval.factor>`. `ppl_vs_length.png` is then redrawn with one curve per
+  `_<extension>_x<eval.factor>` (perplexity files then add `_sliding[_s<stride>]` under the sliding
+  protocol, so both protocols' results are kept). `ppl_vs_length.png` is then redrawn with one curve per
   ppl_vs_length result of this step, split and protocol in `<workdir>/eval/` (the extensions
   as extra curves).
 
@@ -167,15 +168,16 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   for ext_config, spec, suffix in runs:
     args = (ext_config, workdir, spec, mesh, params, step)
     if {"ppl_vs_length", "loss_by_position"} & set(suites):
-      extra = _previous_extras(os.path.join(out_dir, "ppl_vs_length.json"), step) if not suffix else {}
-      ppl = train.evaluate_ppl(*args, docs, tokenizer, extra=extra, suffix=suffix)
-      results[f"ppl_vs_length{suffix}"] = ppl
+      name = f"ppl_vs_length{suffix}" + perplexity.protocol_suffix(ext_config.eval.protocol,
+                                                                   ext_config.eval.stride)
+      extra = _previous_extras(os.path.join(out_dir, f"{name}.json"), step)
+      results[name] = train.evaluate_ppl(*args, docs, tokenizer, extra=extra, suffix=suffix)
     if "passkey" in suites:
       results[f"passkey{suffix}"] = needle.run_passkey(*args, docs, tokenizer, suffix)
     if "needle" in suites:
       results[f"needle{suffix}"] = needle.run_needle(*args, docs, tokenizer, suffix)
     if "algorithmic" in suites:
-      results[f"algorithmic{suffix}"] = algorithmic.run_suite(*args)
+      results[f"algorithmic{suffix}"] = algorithmic.run_suite(*args, suffix=suffix)
   if any(k.startswith("ppl_vs_length") for k in results) and jax.process_index() == 0:
     first = next(v for k, v in results.items() if k.startswith("ppl_vs_length"))
     curves = _same_step_curves(out_dir, step, first["split"], first["protocol"])

@@ -45,7 +45,7 @@ from models import position_transforms
 ROPE_SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "abf")
 # Schemes whose positions reach attention only through the rotate/bias hooks as ids, so that
 # the position-id transforms of models/position_transforms.py apply to them.
-RELATIVE_KINDS = ("rope", "xpos", "alibi", "t5", "kerple", "fire", "sandwich")
+RELATIVE_KINDS = ("rope", "xpos", "alibi", "t5", "kerple_log", "kerple_power", "fire", "sandwich")
 # eval.extension values, and the model.position.kinds each applies to (None = any).
 EXTENSIONS = {
     "none": None,

@@ -125,6 +125,12 @@ def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
 
 
+def test_relative_kinds_are_registered_kinds():
+  assert set(rope_scaling.RELATIVE_KINDS) <= set(positions.REGISTRY)
+  for kind in rope_scaling.RELATIVE_KINDS:
+    rope_scaling.apply_extension(tiny_config("unused", kind), "string")
+
+
 def test_apply_extension_sets_the_transform_and_refuses_misfits():
   c = tiny_config("unused", "alibi")
   out = rope_scaling.apply_extension(c, "self_extend", 4.0, window=8)
