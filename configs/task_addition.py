@@ -3,7 +3,9 @@ cores: train on 1..5 digits per operand, evaluate exact match at 1..20 digits.
 
 A 3-layer, d_model 128 decoder trained for 2,000 steps of 64 examples, one example per row
 (data.train_len = 19 = the length of a 5-digit example: 3 * 5 + 4), a few minutes on 2 cores.
-Any scheme: --config.model.position.kind=rope (or none, alibi, ...).
+Measured (README): 2,000 steps are not enough to learn addition with ALiBi or RoPE (exact match
+about 0 from 3 digits on; validation loss still near 1 nat per answer token), so raise
+--config.train.num_steps for a converged model. Any scheme: --config.model.position.kind=rope.
 """
 
 from configs import base

@@ -3,7 +3,9 @@
 
 The decoder and schedule of configs/task_copy.py (2 layers, d_model 128, 1,500 steps of 64
 examples, one example per row: data.train_len = 22 = the length of a size-10 example), a few
-minutes on 2 cores. Any scheme: --config.model.position.kind=rope (or none, alibi, ...).
+minutes on 2 cores. The scheme is RoPE by default: in this budget it learns every training size
+(measured exact match 1.0 at sizes 1..10), while ALiBi reaches a mean of 0.80 and only 0.19 at
+size 10 (README). Any scheme: --config.model.position.kind=alibi (or none, ...).
 """
 
 from configs import base
@@ -19,7 +21,7 @@ def get_config():
   c.data.task.eval_examples_per_size = 100
   c.data.train_len = 22  # 2 * 10 + 2: one size-10 example per row
   c.data.batch_size = 64
-  c.model.position.kind = "alibi"
+  c.model.position.kind = "rope"  # learns reverse in this budget; alibi does not (docstring)
   c.model.num_layers = 2
   c.model.d_model = 128
   c.model.num_heads = 4
