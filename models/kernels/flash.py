@@ -1,0 +1,230 @@
+"""`flash_attention`: causal flash attention with RoPE and a positional bias computed in-kernel.
+
+The function is models/kernels/reference.py `reference_attention` (formula in
+models/kernels/spec.py), computed blockwise without materializing the [L, L] logits or bias:
+memory is linear in the sequence length. Forward: online softmax over key blocks, blocks above
+the diagonal skipped (FlashAttention, Dao et al., arXiv 2205.14135; FlashAttention-2, arXiv
+2307.08691). Backward (`jax.custom_vjp`): recomputes each tile from the saved log-sum-exp, no
+[L, L] residual; returns gradients for q, k, v and the bias parameters (ALiBi slopes, KERPLE
+r1/r2, the T5 table); none for position ids, segment ids or inverse frequencies.
+
+Backends (`backend`): "gpu" (models/kernels/gpu.py, Triton lowering) and "tpu"
+(models/kernels/tpu.py, Mosaic lowering); both use the tile math of models/kernels/blocks.py.
+Default: "tpu" on TPU, else "gpu"; `interpret` defaults to True off GPU/TPU (CPU runs the
+Pallas interpreter; the "tpu" kernels then run in the Pallas TPU interpret mode,
+`pltpu.InterpretParams`). Sequence lengths that are not a multiple of the blocks are padded at
+the end: padded keys lie after every real query, so the causal mask hides them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from models.kernels import blocks, gpu, tpu
+from models.kernels.spec import KernelSpec
+
+BACKENDS = ("gpu", "tpu")
+DEFAULT_BLOCKS = {"gpu": gpu.DEFAULT_BLOCKS, "tpu": tpu.DEFAULT_BLOCKS}
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+  """Tile sizes in tokens (powers of two >= 8); 0 = the backend's default (`DEFAULT_BLOCKS`).
+
+  Attributes:
+    block_q, block_k: forward query / key tile.
+    block_q_bwd, block_k_bwd: backward query / key tile.
+  """
+
+  block_q: int = 0
+  block_k: int = 0
+  block_q_bwd: int = 0
+  block_k_bwd: int = 0
+
+
+def resolve_backend(backend: str | None = None,
+                    interpret: bool | None = None) -> tuple[str, bool]:
+  """(backend, interpret) with defaults from `jax.default_backend()`.
+
+  "tpu" kernels on TPU, "gpu" kernels otherwise; interpret unless the platform is the
+  kernel's own (so on CPU both kernels run in the Pallas interpreter).
+
+  Raises:
+    ValueError: an unknown backend.
+  """
+  platform = jax.default_backend()
+  if backend is None:
+    backend = "tpu" if platform == "tpu" else "gpu"
+  if backend not in BACKENDS:
+    raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+  if interpret is None:
+    interpret = platform != backend
+  return backend, bool(interpret)
+
+
+def _pow2(n: int) -> bool:
+  return n >= 1 and n & (n - 1) == 0
+
+
+def unsupported_reason(spec: KernelSpec, head_dim: int, backend: str | None = None,
+                       interpret: bool | None = None) -> str | None:
+  """Why the kernel cannot compute `spec` at this head_dim on this backend, or None if it can.
+
+  Compiled Triton kernels need power-of-two tiles: head_dim, rot_dim / 2 and head_dim - rot_dim
+  (unless 0) powers of two. Bias parameters must fit one row of `blocks.PARAM_LANES` lanes. The
+  interpreter has no such limits (beyond the parameter row).
+  """
+  backend, interpret = resolve_backend(backend, interpret)
+  if spec.num_params > blocks.PARAM_LANES:
+    return f"{spec.num_params} bias parameters per head exceed {blocks.PARAM_LANES}"
+  if 2 * spec.rot_half > head_dim:
+    return f"rot_dim {2 * spec.rot_half} exceeds head_dim {head_dim}"
+  if backend == "gpu" and not interpret:
+    half, rest = spec.rot_half, head_dim - 2 * spec.rot_half
+    if not _pow2(head_dim) or (half and not _pow2(half)) or (half and rest and not _pow2(rest)):
+      return (f"the Triton kernel needs power-of-two head_dim, rot_dim/2 and head_dim - rot_dim; "
+              f"got head_dim={head_dim}, rot_dim={2 * half}")
+  return None
+
+
+def _block(requested: int, default: int, length: int) -> int:
+  size = requested or default
+  if not (_pow2(size) and size >= 8):
+    raise ValueError(f"block sizes must be powers of two >= 8; got {size}")
+  return min(size, max(16, 1 << (length - 1).bit_length()))
+
+
+def _static(spec: KernelSpec, head_dim: int, length: int, backend: str, interpret: bool,
+            block_sizes: BlockSizes) -> blocks.Static:
+  defaults = DEFAULT_BLOCKS[backend]
+  sizes = [_block(r, dflt, length) for r, dflt in zip(
+      (block_sizes.block_q, block_sizes.block_k, block_sizes.block_q_bwd,
+       block_sizes.block_k_bwd), defaults)]
+  padded = -(-length // max(sizes)) * max(sizes)
+  if backend == "gpu" and not interpret and min(sizes) < 16:
+    raise ValueError(f"the Triton kernels need blocks >= 16 (tl.dot); got {sizes}")
+  if backend == "tpu" and not interpret:
+    for name, size in (("block_k", sizes[1]), ("block_k_bwd", sizes[3])):
+      if size < padded and size % 128:
+        raise ValueError(f"TPU kernels need {name} a multiple of 128 (lanes) unless it covers "
+                         f"the whole sequence; got {size} for length {padded}")
+  return blocks.Static(
+      head_dim=head_dim, rot_half=spec.rot_half, position_scale=float(spec.position_scale),
+      q_scale=float(spec.qk_scale) * head_dim ** -0.5, k_scale=float(spec.qk_scale),
+      bias=spec.bias,
+      t5_starts=(blocks.t5_bucket_starts(spec.num_buckets, spec.max_distance)
+                 if spec.bias == "t5" else ()),
+      alibi_interpolation_len=int(spec.alibi_interpolation_len),
+      block_q=sizes[0], block_k=sizes[1], block_q_bwd=sizes[2], block_k_bwd=sizes[3],
+      seq_len=padded, interpret=interpret)
+
+
+def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array,
+                    k_positions: jax.Array, q_segment_ids: jax.Array, k_segment_ids: jax.Array,
+                    spec: KernelSpec = KernelSpec(), *, backend: str | None = None,
+                    interpret: bool | None = None,
+                    block_sizes: BlockSizes = BlockSizes()) -> jax.Array:
+  """Causal self-attention over packed documents with in-kernel RoPE and positional bias.
+
+  Computes `reference_attention(q, k, v, ...)` (models/kernels/reference.py) with memory linear
+  in the sequence length; differentiable w.r.t. q, k, v and `spec.bias_params`.
+
+  Args:
+    q, k, v: [batch, seq, heads, head_dim], one float dtype (float32 or bfloat16).
+    q_positions, k_positions: int32 [batch, seq] position ids (RoPE angles and bias distances).
+    q_segment_ids, k_segment_ids: int32 [batch, seq] document ids; query i sees key j iff
+      j <= i and the ids match.
+    spec: the positional part (models/kernels/spec.py).
+    backend: "gpu" | "tpu" | None (from `jax.default_backend()`, see `resolve_backend`).
+    interpret: run the Pallas interpreter; None = unless on the backend's own platform.
+    block_sizes: tiles in tokens (powers of two; 0 = the backend's default, capped at the
+      sequence length rounded up to a power of two).
+
+  Returns:
+    [batch, seq, heads, head_dim] in q's dtype.
+
+  Raises:
+    ValueError: q, k, v of different shapes or dtypes, an inconsistent spec, a spec the backend
+      cannot compute (see `unsupported_reason`), or bad block sizes.
+  """
+  if q.shape != k.shape or q.shape != v.shape or not (q.dtype == k.dtype == v.dtype):
+    raise ValueError(f"q, k, v must share shape and dtype; got {q.shape} {q.dtype}, "
+                     f"{k.shape} {k.dtype}, {v.shape} {v.dtype}")
+  b, length, h, d = q.shape
+  spec.check(h)
+  backend, interpret = resolve_backend(backend, interpret)
+  reason = unsupported_reason(spec, d, backend, interpret)
+  if reason:
+    raise ValueError(reason)
+  st = _static(spec, d, length, backend, interpret, block_sizes)
+  pad = st.seq_len - length
+
+  def heads_major(x):  # [b, L, h, d] -> [b, h, Lp, d]
+    return jnp.pad(x.transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, pad), (0, 0)))
+
+  def ids(x):
+    return jnp.pad(x.astype(jnp.int32), ((0, 0), (0, pad)))
+
+  inv = None
+  if spec.inv_freq is not None:
+    inv = jnp.broadcast_to(jnp.asarray(spec.inv_freq, jnp.float32), (b, spec.rot_half))
+    inv = jax.lax.stop_gradient(inv)
+  prm = None
+  if spec.bias != "none":
+    prm = jnp.pad(spec.bias_params.astype(jnp.float32),
+                  ((0, 0), (0, blocks.PARAM_LANES - spec.num_params)))
+  out = _flash(st, backend, heads_major(q), heads_major(k), heads_major(v), prm, inv,
+               ids(q_positions), ids(q_segment_ids), ids(k_positions), ids(k_segment_ids))
+  return out[:, :, :length].transpose(0, 2, 1, 3)
+
+
+def _kernels(backend: str):
+  return gpu if backend == "gpu" else tpu
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _flash(st, backend, q, k, v, prm, inv, q_pos, q_seg, k_pos, k_seg):
+  """Kernel call on padded heads-major arrays [B, H, Lp, D] (see `flash_attention`)."""
+  out, _ = _kernels(backend).forward(st, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm)
+  return out
+
+
+def _flash_fwd(st, backend, q, k, v, prm, inv, q_pos, q_seg, k_pos, k_seg):
+  out, lse = _kernels(backend).forward(st, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm)
+  return out, (q, k, v, prm, inv, q_pos, q_seg, k_pos, k_seg, out, lse)
+
+
+def _flash_bwd(st, backend, residuals, do):
+  q, k, v, prm, inv, q_pos, q_seg, k_pos, k_seg, out, lse = residuals
+  # delta_i = sum_d dO_id O_id = sum_j P_ij dP_ij (FlashAttention-2, arXiv 2307.08691, Alg. 2).
+  delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
+  dq, dk, dv, dprm = _kernels(backend).backward(st, q, k, v, q_pos, q_seg, k_pos, k_seg, inv,
+                                                prm, do.astype(q.dtype), lse, delta)
+  if prm is not None:
+    dprm = jnp.sum(dprm, axis=(0, 2)).astype(prm.dtype)
+  dinv = None if inv is None else jnp.zeros_like(inv)
+  return dq, dk, dv, dprm, dinv, None, None, None, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def causal_attention_flops(batch: int, seq: int, heads: int, head_dim: int,
+                           backward: bool = False) -> float:
+  """Matmul FLOPs of causal attention, the masked half not counted (the usual convention).
+
+  Forward: 2 matmuls (q k^T and p v) of 2 * seq^2 * head_dim FLOPs per head, halved for
+  causality: 2 * batch * heads * seq^2 * head_dim. Backward: 2.5x the forward (5 matmuls:
+  dv, dp, dq, dk and the recomputed q k^T), as FlashAttention-2 counts it (arXiv 2307.08691,
+  Sec. 4.1). RoPE, bias and softmax are not counted.
+  """
+  forward = 2.0 * batch * heads * seq * seq * head_dim
+  return forward * (3.5 if backward else 1.0)
+
+
+__all__ = ["BACKENDS", "BlockSizes", "causal_attention_flops", "flash_attention",
+           "resolve_backend", "unsupported_reason"]
