@@ -2,6 +2,9 @@
 
 The attention module knows nothing of any scheme: it calls `scheme.rotate` on q/k and
 `scheme.bias` for an additive logit bias (models/positions/base.py), then `dot_product_attention`.
+With `model.attention_impl="pallas"` it instead asks the scheme for a `kernel_spec` and runs the
+fused flash kernel (models/kernels/flash.py), falling back to the XLA path, with a logged reason,
+where the scheme or the layer's options rule the kernel out (see `Attention._kernel_spec`).
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from flax import nnx
 
+from models.kernels import flash
+from models.kernels.spec import KernelSpec
 from models.position_transforms import PositionTransform
 from models.positions import Dims, PositionalScheme
 
@@ -182,6 +188,7 @@ class Attention(nnx.Module):
     self.window = window
     self.logn_train_len = dims.train_len if logn_scaling else 0
     self.transform = transform
+    self.impl = dims.attention_impl  # "xla" | "pallas" (model.attention_impl)
 
   def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
                scheme: PositionalScheme, cache: KVCache | None = None):
@@ -215,6 +222,13 @@ class Attention(nnx.Module):
       v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), at)
       k_positions, k_segment_ids, q_offset = cache.positions, cache.segment_ids, cache.index
       cache = cache.replace(k=k, v=v)
+    # ---- fused kernel (model.attention_impl="pallas"; models/kernels/flash.py) ----
+    spec = self._kernel_spec(scheme, positions, cache, q.shape[-1])
+    if spec is not None:
+      out = flash.flash_attention(q, k, v, positions, positions, segment_ids, segment_ids, spec)
+      wo = self.wo[...].astype(self.dtype)
+      return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
+    # ---- end fused kernel ----
     branches = self.transform.branches(positions, k_positions)
     rotated = []
     for br in branches:
@@ -258,3 +272,39 @@ class Attention(nnx.Module):
     wo = self.wo[...].astype(self.dtype)
     out = (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     return out if cache is None else (out, cache)
+
+  # ---- fused kernel (model.attention_impl="pallas"; models/kernels/flash.py) ----
+  def _kernel_spec(self, scheme: PositionalScheme, positions: jax.Array,
+                   cache: KVCache | None, head_dim: int) -> KernelSpec | None:
+    """The kernel's spec for this call, or None for the XLA path.
+
+    None when attention_impl is "xla"; otherwise, when the kernel cannot compute this call, None
+    after logging the reason once per process (absl warning): a KV cache (queries and keys of
+    different lengths), a sliding window, log-n scaling, an eval-time position transform, a
+    scheme without a kernel form (`PositionalScheme.kernel_spec`), or a spec the backend's
+    kernel cannot take (`flash.unsupported_reason`).
+    """
+    if self.impl != "pallas":
+      return None
+    if cache is not None:
+      reason = "KV-cache decoding"
+    elif self.window:
+      reason = f"sliding-window layer (window {self.window})"
+    elif self.logn_train_len:
+      reason = "model.logn_scaling"
+    elif self.transform.kind != "none":
+      reason = f"position transform {self.transform.kind!r}"
+    else:
+      spec = scheme.kernel_spec(self.layer, positions, positions)
+      reason = spec if isinstance(spec, str) else flash.unsupported_reason(spec, head_dim)
+      if reason is None:
+        return spec
+    if reason not in _FALLBACKS_LOGGED:
+      _FALLBACKS_LOGGED.add(reason)
+      logging.warning("model.attention_impl='pallas': using the 'xla' attention path for %s",
+                      reason)
+    return None
+
+
+_FALLBACKS_LOGGED: set[str] = set()  # reasons already logged by Attention._kernel_spec
+# ---- end fused kernel ----

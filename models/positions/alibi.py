@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.validate import ConfigError
+from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme
 
 
@@ -109,3 +110,12 @@ class ALiBi(PositionalScheme):
       return -slopes * distance
     scale = alibi_interpolation_scale(q_positions, self.interpolation_len)[:, None, :, None]
     return -(slopes * scale) * distance
+
+  # ---- fused-kernel capability (models/kernels; model.attention_impl = "pallas") ----
+  def kernel_spec(self, layer, q_positions, k_positions):
+    """`bias` as kernel parameters: slopes [heads, 1] and the interpolation length (0 = off).
+    See PositionalScheme.kernel_spec."""
+    del layer, q_positions, k_positions
+    return KernelSpec(bias="alibi", bias_params=jnp.asarray(self.slopes, jnp.float32)[:, None],
+                      alibi_interpolation_len=self.interpolation_len)
+  # ---- end fused-kernel capability ----

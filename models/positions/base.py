@@ -19,6 +19,7 @@ import jax
 from flax import nnx
 
 from configs.validate import ConfigError
+from models.kernels.spec import KernelSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,8 @@ class Dims:
     train_len: training context length, tokens.
     init_std: std of normal parameter inits.
     param_dtype: parameter dtype.
+    attention_impl: `model.attention_impl`, how attention is computed ("xla" | "pallas"; not a
+      size, but every module is built from Dims, so attention reads it here).
   """
 
   num_heads: int
@@ -42,6 +45,7 @@ class Dims:
   train_len: int
   init_std: float = 0.02
   param_dtype: str = "float32"
+  attention_impl: str = "xla"
 
   @classmethod
   def from_config(cls, config) -> "Dims":
@@ -50,7 +54,7 @@ class Dims:
     head_dim = m.head_dim if m.head_dim > 0 else m.d_model // m.num_heads
     return cls(num_heads=m.num_heads, head_dim=head_dim, d_model=m.d_model,
                num_layers=m.num_layers, train_len=config.data.train_len, init_std=m.init_std,
-               param_dtype=m.param_dtype)
+               param_dtype=m.param_dtype, attention_impl=m.get("attention_impl", "xla"))
 
 
 def check_per_layer(cfg) -> None:
@@ -100,3 +104,32 @@ class PositionalScheme(nnx.Module):
       anything: they are removed after the bias is added.
     """
     return None
+
+  # ---- fused-kernel capability (models/kernels; model.attention_impl = "pallas") ----
+  def kernel_spec(self, layer: int, q_positions: jax.Array,
+                  k_positions: jax.Array) -> KernelSpec | str:
+    """The positional part of `layer`'s attention for the fused kernel, or why there is none.
+
+    The kernel (models/kernels/flash.py) rotates q and k and adds a closed-form bias inside
+    its tiles; a scheme that can be written that way returns a `KernelSpec`
+    (models/kernels/spec.py) whose attention equals `rotate` + `bias` + softmax. This default
+    serves schemes that touch only the embeddings (or nothing: NoPE, learned, sinusoidal):
+    attention itself is position-free, an empty spec. A scheme that overrides `rotate` or
+    `bias` without overriding this method gets a reason string instead, so attention falls
+    back to the XLA path (logged, never silently).
+
+    Args:
+      layer: static layer index.
+      q_positions, k_positions: int32 [batch, seq] position ids (for per-call quantities such
+        as dynamic NTK's frequencies).
+
+    Returns:
+      A KernelSpec, or a one-line reason (str) why this scheme cannot use the kernel.
+    """
+    del layer, q_positions, k_positions
+    cls = type(self)
+    if cls.rotate is PositionalScheme.rotate and cls.bias is PositionalScheme.bias:
+      return KernelSpec()
+    return (f"scheme {cls.__name__} has no fused-kernel form (its rotate/bias hooks are not "
+            "ALiBi, KERPLE, T5 or RoPE)")
+  # ---- end fused-kernel capability ----

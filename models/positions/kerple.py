@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme, check_per_layer
 
 EPS = 1e-2  # lower bound of every KERPLE parameter (the released code's `self.eps`).
@@ -134,6 +135,18 @@ class _Kerple(PositionalScheme):
     return (_clamp(r1[...].astype(jnp.float32), EPS),
             _clamp(r2[...].astype(jnp.float32), EPS, self.R2_MAX))
 
+  # ---- fused-kernel capability (models/kernels; model.attention_impl = "pallas") ----
+  KERNEL_BIAS = ""  # the kernel's bias family ("kerple_log" | "kerple_power"), set by subclasses
+
+  def kernel_spec(self, layer, q_positions, k_positions):
+    """`bias` as kernel parameters: the constrained (r1, r2) stacked as [heads, 2]; their
+    gradient reaches the stored parameters through `constrained`'s straight-through clamp.
+    See PositionalScheme.kernel_spec."""
+    del q_positions, k_positions
+    r1, r2 = self.constrained(layer)
+    return KernelSpec(bias=self.KERNEL_BIAS, bias_params=jnp.stack([r1, r2], axis=1))
+  # ---- end fused-kernel capability ----
+
 
 class KerpleLog(_Kerple):
   """Adds `-r1_h * log(1 + r2_h * |q_pos - k_pos|)`; init r1 ~ U(0, 2), r2 ~ U(0, 1); both clamped
@@ -144,6 +157,7 @@ class KerpleLog(_Kerple):
 
   R1_INIT, R2_INIT, R2_MAX = 2.0, 1.0, None
   kernel = staticmethod(kerple_log_bias)
+  KERNEL_BIAS = "kerple_log"
 
 
 class KerplePower(_Kerple):
@@ -155,3 +169,4 @@ class KerplePower(_Kerple):
 
   R1_INIT, R2_INIT, R2_MAX = 1.0, 2.0, MAX_POWER
   kernel = staticmethod(kerple_power_bias)
+  KERNEL_BIAS = "kerple_power"

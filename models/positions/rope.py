@@ -36,6 +36,7 @@ import numpy as np
 
 from configs.validate import ConfigError
 from models import rope_scaling
+from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme
 
 
@@ -174,3 +175,19 @@ class RoPE(PositionalScheme):
     if self.qk_scale != 1.0:
       q, k = q * jnp.asarray(self.qk_scale, q.dtype), k * jnp.asarray(self.qk_scale, k.dtype)
     return q, k
+
+  # ---- fused-kernel capability (models/kernels; model.attention_impl = "pallas") ----
+  def kernel_spec(self, layer, q_positions, k_positions):
+    """`rotate` as kernel parameters: this layer's inverse frequencies (per batch row under
+    dynamic NTK, from the same row lengths as `rotate`), PI's position scale, YaRN's q/k
+    scale; a NoPE layer rotates nothing. See PositionalScheme.kernel_spec."""
+    inv = self.inv_freq if self.layer_inv_freq is None else self.layer_inv_freq[layer]
+    if inv is None:
+      return KernelSpec()
+    inv_freq = jnp.asarray(inv, jnp.float32)
+    if self.dynamic_train_len:
+      length = jnp.maximum(q_positions.max(axis=-1), k_positions.max(axis=-1)) + 1  # [b]
+      inv_freq = rope_scaling.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len)
+    return KernelSpec(inv_freq=inv_freq, position_scale=self.position_scale,
+                      qk_scale=self.qk_scale)
+  # ---- end fused-kernel capability ----

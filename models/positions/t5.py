@@ -34,6 +34,7 @@ import numpy as np
 from flax import nnx
 
 from configs.validate import ConfigError
+from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme, check_per_layer
 
 
@@ -141,3 +142,16 @@ class T5Bias(PositionalScheme):
     buckets = relative_position_bucket(rel, self.num_buckets, self.max_distance)
     values = jnp.take(table.astype(jnp.float32).T, buckets, axis=1)  # [H, b, q, k]
     return values.transpose(1, 0, 2, 3)
+
+  # ---- fused-kernel capability (models/kernels; model.attention_impl = "pallas") ----
+  def kernel_spec(self, layer, q_positions, k_positions):
+    """`bias` as kernel parameters: `layer`'s table transposed to [heads, num_buckets] and the
+    bucketing sizes (the kernel reads the bucket boundaries off `relative_position_bucket`).
+    See PositionalScheme.kernel_spec."""
+    del q_positions, k_positions
+    table = self.table[...]
+    if self.per_layer:
+      table = table[layer]
+    return KernelSpec(bias="t5", bias_params=table.astype(jnp.float32).T,
+                      num_buckets=self.num_buckets, max_distance=self.max_distance)
+  # ---- end fused-kernel capability ----
