@@ -184,7 +184,7 @@ def test_training_on_a_task_writes_algorithmic_json(tmp_path):
   c = tiny_task_config("copy", "learned")
   c.train.num_steps = 4
   c.train.eval_every_steps = 2
-  out = train.train_and_evaluate(c, str(tmp_path))  # 8 devices: data-parallel scoring
+  out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
   result = json.load(open(tmp_path / "eval" / "algorithmic.json"))
   assert os.path.getsize(tmp_path / "eval" / "algorithmic.png") > 0
   assert not os.path.exists(tmp_path / "eval" / "ppl_vs_length.json")
@@ -203,7 +203,7 @@ def test_training_on_a_task_writes_algorithmic_json(tmp_path):
   assert [m["step"] for m in metrics if "val_loss" in m] == [2, 4]
 
   # The suite on its own (as eval.run calls it) reproduces the numbers.
-  mesh = train.sharding.make_mesh(c.mesh, jax.devices())
+  mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
   spec = train.model_spec(c, mesh)
   params, step = train.restore_params(str(tmp_path), c, spec)
   again = algorithmic.run_suite(c, str(tmp_path), spec, mesh, params, step)
@@ -214,23 +214,28 @@ def test_training_on_a_task_writes_algorithmic_json(tmp_path):
 
 
 def test_teacher_forced_scoring_matches_greedy_decoding():
-  """Greedy decoding by full recomputation (no cache) on unpadded rows, then the one-pass
-  scorer (right-padded to BUCKET, sharded over 8 devices) must find every greedy token right."""
+  """Greedy decoding by full recomputation (no cache; a fixed buffer of T tokens, read at the
+  last decoded position), then the one-pass scorer (right-padded to BUCKET, sharded over 8
+  devices) must find every greedy token right."""
   c = tiny_task_config("copy", "rope")
   mesh = train.sharding.make_mesh(c.mesh, jax.devices())
   spec = train.model_spec(c, mesh)
   params = train.init_params(c, spec)
+  task = tasks.get_task("copy")
+  rows = dataset.examples_of_size(task, 3, 8, 0, dataset.EVALUATION, TOK)
   forward = jax.jit(lambda p, x: nnx.merge(spec.graphdef, p)(
-      x, jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape), jnp.ones_like(x)))
-  rows = dataset.examples_of_size(tasks.get_task("copy"), 3, 8, 0, dataset.EVALUATION, TOK)
-  prompt_len = 1 + tasks.get_task("copy").prompt_length(3)
-  tokens = rows["inputs"][:, :prompt_len]
-  for _ in range(4):  # 3 answer bytes and EOS
-    nxt = np.asarray(jnp.argmax(forward(params, jnp.asarray(tokens))[:, -1], axis=-1))
-    tokens = np.concatenate([tokens, nxt[:, None].astype(np.int32)], axis=1)
-  greedy = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-            "positions": rows["positions"], "segment_ids": rows["segment_ids"],
-            "weights": rows["weights"]}
+      x, jnp.asarray(rows["positions"]), jnp.asarray(rows["segment_ids"])))
+  buffer = np.full_like(rows["inputs"], TOK.pad_id)
+  prompt_len = 1 + task.prompt_length(3)
+  buffer[:, :prompt_len] = rows["inputs"][:, :prompt_len]
+  decoded = []
+  for t in range(prompt_len - 1, buffer.shape[1]):  # 3 answer bytes and EOS
+    nxt = np.asarray(jnp.argmax(forward(params, jnp.asarray(buffer))[:, t], axis=-1))
+    decoded.append(nxt)
+    if t + 1 < buffer.shape[1]:
+      buffer[:, t + 1] = nxt
+  greedy = dict(rows, inputs=buffer, targets=np.concatenate(
+      [rows["targets"][:, :prompt_len - 1], np.stack(decoded, axis=1)], axis=1).astype(np.int32))
   correct, total = algorithmic.score_rows(algorithmic.make_score_fn(spec.graphdef, mesh), params,
                                           greedy, batch_tokens=64, mesh=mesh, pad_id=TOK.pad_id)
   np.testing.assert_array_equal(total, 4)
