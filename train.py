@@ -7,7 +7,9 @@ The whole run, top to bottom: validate the config (before any compilation) -> me
 model and optimizer state, sharded by logical axis rules -> resume from the latest checkpoint in
 `workdir` -> one jitted train step per batch -> metrics, validation, checkpoints -> perplexity
 vs length. What lands in `workdir`: config.json, metrics.jsonl, tensorboard/, checkpoints/,
-eval/ppl_vs_length.{json,png}.
+eval/ppl_vs_length.{json,png}. With `data.task.name` set (an algorithmic task, data/tasks/), the
+model trains on the task's answer tokens instead of text and ends with eval/algorithmic.{json,png}
+(accuracy per instance size, eval/algorithmic.py) instead of perplexity vs length.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from configs import base as base_config
-from configs.validate import ConfigError, eval_lengths, validate
-from data import corpora, pipeline, position_samplers
+from configs.validate import ConfigError, eval_lengths, eval_suites, validate
+from data import corpora, passkey, pipeline, position_samplers
+from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
-from eval import perplexity, plots
+from eval import algorithmic, needle, perplexity, plots
 from eval.files import atomic_write, write_json
 from models import sharding
 from models.decoder import Decoder
@@ -50,10 +53,13 @@ def check_workdir(workdir: str) -> None:
   """Creates `workdir` if needed.
 
   Raises:
-    ConfigError: `workdir` is empty, is a file, or is not writable.
+    ConfigError: `workdir` is empty, a URL (gs://...), a file, or not writable.
   """
   if not workdir:
     raise ConfigError("--workdir is required")
+  if "://" in workdir:  # config.json, metrics and eval files are written with local file I/O
+    raise ConfigError(f"--workdir={workdir}: give a path every host sees (NFS, or the bucket "
+                      "mounted with gcsfuse), not a URL")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"--workdir={workdir} is a file, not a directory")
   try:
@@ -70,8 +76,16 @@ def config_hash(config) -> str:
 
 
 def load_splits(config) -> dict[str, list[corpora.Document]]:
-  """Loads the configured corpus and splits it by document (see data.corpora.split_documents)."""
+  """Loads the configured corpus and splits it by document (see data.corpora.split_documents).
+
+  With `data.source = "array_record"` the corpus was split when prepared (python -m
+  data.prepare): held-out splits come as TokenizedDocuments, the training split as a
+  PreparedSplit read from its shards on demand (data.corpora.load_prepared_splits).
+  """
   d = config.data
+  if d.source == "array_record":
+    return corpora.load_prepared_splits(d.array_record_dir, get_tokenizer(d.tokenizer),
+                                        d.validation_fraction, d.test_fraction)
   docs = corpora.load_documents(d.source, d.text_glob, d.cache_dir or None)
   return corpora.split_documents(docs, d.validation_fraction, d.test_fraction)
 
@@ -146,13 +160,18 @@ def state_shardings(tx, spec: ModelSpec, mesh):
 
 
 def loss_sum(params, graphdef, batch, pad_id: int):
-  """Summed next-token NLL (nats) over non-PAD targets, and the number of such targets.
+  """Summed weighted next-token NLL (nats), and the summed weights (tokens trained on).
 
-  batch: int32 [batch, seq] inputs, targets, positions, segment_ids.
+  batch: int32 [batch, seq] inputs, targets, positions, segment_ids, and optionally float32
+  [batch, seq] weights (algorithmic tasks: 1 at answer targets only, data/tasks/dataset.py);
+  without weights, every non-PAD target has weight 1 (text).
   """
   model = nnx.merge(graphdef, params)
   logits = model(batch["inputs"], batch["positions"], batch["segment_ids"])
-  weights = (batch["targets"] != pad_id).astype(jnp.float32)
+  if "weights" in batch:
+    weights = batch["weights"].astype(jnp.float32)
+  else:
+    weights = (batch["targets"] != pad_id).astype(jnp.float32)
   return (perplexity.token_nll(logits, batch["targets"]) * weights).sum(), weights.sum()
 
 
@@ -210,7 +229,7 @@ def train_flops_per_token(config) -> float:
 
 def measure_peak_flops(n: int = 2048, repeats: int = 5) -> float:
   """Measured dense float32 matmul rate of one device, FLOP/s (best of `repeats`)."""
-  x = jax.device_put(jnp.ones((n, n), jnp.float32), jax.devices()[0])
+  x = jax.device_put(jnp.ones((n, n), jnp.float32), jax.local_devices()[0])
   f = jax.jit(lambda a: a @ a)
   f(x).block_until_ready()
   best = float("inf")
@@ -338,7 +357,8 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
   The protocol is `eval.protocol` / `eval.stride` (eval/perplexity.py; Press et al., arXiv
   2108.12409, Section 4). Lengths the scheme cannot represent are recorded as skipped (see
   `skipped_lengths`). `suffix` is appended to the file names (e.g. "_yarn_x4" for an eval-time
-  extension), so results of several extensions sit side by side.
+  extension), and then `perplexity.protocol_suffix` (e.g. "_sliding_s64"), so results of several
+  extensions and protocols sit side by side.
 
   Returns:
     The ppl_vs_length result dict (as written to the JSON).
@@ -380,6 +400,7 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
       "binning": "position 0 alone, then log-spaced (perplexity.position_bin_edges); "
                  "end exclusive; a token at position p has p + 1 tokens of context",
       "rows": by_position}
+  suffix += perplexity.protocol_suffix(protocol, stride)
   if jax.process_index() == 0:
     out = os.path.join(workdir, "eval")
     write_json(os.path.join(out, f"ppl_vs_length{suffix}.json"), result)
@@ -398,8 +419,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     devices: devices of the mesh (default: all, `jax.devices()`).
 
   Returns:
-    The final metrics: step, final validation loss (nats per byte token) and the
-    ppl_vs_length result.
+    The final metrics: step, final validation loss (nats per byte token; per answer token for a
+    task) and the ppl_vs_length result (for a task: the algorithmic result instead).
 
   Raises:
     ConfigError: bad config field, workdir, mesh or data, before anything is compiled.
@@ -410,12 +431,20 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   check_workdir(workdir)
   mesh = sharding.make_mesh(config.mesh, devices)
   tokenizer = get_tokenizer(config.data.tokenizer)
-  docs = load_splits(config)
+  task = config.data.task.name  # "" = text; else an algorithmic task (data/tasks/)
+  docs = {} if task else load_splits(config)
   spec = model_spec(config, mesh)
-  perplexity.check_lengths(eval_lengths(config), None, config.model.position.kind)
-  skip, reason = skipped_lengths(config, spec)
-  if skip:
-    print(f"warning: eval lengths {skip} will be skipped: {reason}")
+  # Suites run at the end on the model as trained (eval.run adds eval-time extensions); a task
+  # run has the algorithmic suite only.
+  suites = ["algorithmic"] if task else eval_suites(config)
+  if not task:
+    perplexity.check_lengths(eval_lengths(config), None, config.model.position.kind)
+    skip, reason = skipped_lengths(config, spec)
+    if skip:
+      print(f"warning: eval lengths {skip} will be skipped: {reason}")
+    for suite in ("passkey", "needle"):
+      if suite in suites:
+        needle.check_suite(config, suite, docs, tokenizer)
   check_same_model(workdir, config)
   tx = make_optimizer(config.train)
   t = config.train
@@ -424,22 +453,38 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     resolved = {"config": config.to_dict(), "config_hash": config_hash(config),
                 "num_params": spec.num_params, "mesh": dict(mesh.shape),
                 "num_devices": len(devices), "eval_lengths": eval_lengths(config),
-                "split_documents": {k: [d.name for d in v] for k, v in docs.items()}}
+                "split_documents": {k: [d.name for d in v] for k, v in docs.items()  # a prepared
+                                    if not isinstance(v, corpora.PreparedSplit)}}  # split: *.names.jsonl
     write_json(os.path.join(workdir, "config.json"), resolved)
+    data = (f"task {task!r}, sizes {config.data.task.train_min_size}.."
+            f"{config.data.task.train_max_size}" if task else
+            f"{len(docs['train'])} train / {len(docs['validation'])} validation / "
+            f"{len(docs['test'])} test documents")
     print(f"model: {spec.num_params:,} parameters, scheme {config.model.position.kind!r}, "
-          f"mesh {dict(mesh.shape)}, data: {len(docs['train'])} train / "
-          f"{len(docs['validation'])} validation / {len(docs['test'])} test documents")
+          f"mesh {dict(mesh.shape)}, data: {data}")
 
-  # --- data
+  # --- data (each process reads its own share of the windows: pipeline.train_dataset)
+  if config.data.batch_size % jax.process_count():
+    raise ConfigError(f"data.batch_size={config.data.batch_size} must be divisible by the "
+                      f"{jax.process_count()} processes (each feeds an equal share)")
   process_batch = config.data.batch_size // jax.process_count()
-  train_iter = iter(pipeline.train_dataset(
-      docs["train"], tokenizer, train_len=config.data.train_len, batch_size=process_batch,
-      seed=config.data.shuffle_seed, process_index=jax.process_index(),
-      process_count=jax.process_count(),
-      sampler=position_samplers.make_sampler(config.data.position_sampler, config.data.train_len)))
-  val_windows = pipeline.document_windows(
-      docs["validation"], tokenizer, config.data.train_len,
-      -(-t.eval_tokens // max(1, len(docs["validation"]))))
+  sampler = position_samplers.make_sampler(config.data.position_sampler, config.data.train_len)
+  if task:  # task rows (answer-only weights); validation: held-out examples of the train sizes
+    train_iter = iter(task_dataset.train_dataset(
+        config.data.task, tokenizer, train_len=config.data.train_len, batch_size=process_batch,
+        process_index=jax.process_index(), sampler=sampler))
+    val_windows = task_dataset.validation_rows(config.data.task, tokenizer, config.data.train_len)
+  else:
+    train_docs = (docs["train"] if isinstance(docs["train"], corpora.PreparedSplit)  # lazy shards
+                  else passkey.training_documents(docs["train"], config.data, tokenizer))
+    train_iter = iter(pipeline.train_dataset(  # + passkey documents if data.passkey.fraction > 0
+        train_docs, tokenizer,
+        train_len=config.data.train_len, batch_size=process_batch,
+        seed=config.data.shuffle_seed, process_index=jax.process_index(),
+        process_count=jax.process_count(), sampler=sampler))
+    val_windows = pipeline.document_windows(
+        docs["validation"], tokenizer, config.data.train_len,
+        -(-t.eval_tokens // max(1, len(docs["validation"]))))
   if len(val_windows["inputs"]) == 0:
     raise ConfigError(f"no validation document is longer than data.train_len={config.data.train_len} "
                       "tokens; raise data.validation_fraction or shorten train_len")
@@ -539,7 +584,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if t.eval_every_steps and step % t.eval_every_steps == 0 and step < t.num_steps:
       val_loss = validation_loss(state["params"])
       log({"step": step, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2)})
-      bar.write(f"step {step}: validation loss {val_loss:.4f} nats/byte")
+      bar.write(f"step {step}: validation loss {val_loss:.4f} "
+                f"{'nats/answer token' if task else 'nats/byte'}")
       interval_start, interval_steps = time.perf_counter(), 0
     if step % t.checkpoint_every_steps == 0 or step == last_step:
       save(step)
@@ -551,11 +597,23 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     print(f"stopped after step {step} of {t.num_steps} (train.stop_after_step); run again to resume")
     return {"step": step}
 
-  # --- final validation and perplexity vs length
+  # --- final validation and perplexity vs length (for a task: accuracy per instance size)
   val_loss = validation_loss(state["params"])
   log({"step": step, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2)})
+  if task:
+    result = algorithmic.run_suite(config, workdir, spec, mesh, state["params"], step)
+    close_outputs()
+    print(f"final validation loss: {val_loss:.4f} nats per answer token; exact match by size:")
+    for row in result["rows"]:
+      if row["exact_match"] is not None:
+        print(f"  {task} size {row['size']:>4}{' (train)' if row['in_distribution'] else '':8}: "
+              f"exact match {row['exact_match']:.3f}, token accuracy {row['token_accuracy']:.3f}")
+    return {"step": step, "val_loss": val_loss, "algorithmic": result}
   result = evaluate_ppl(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
                         extra={"final_validation_loss": val_loss})
+  retrieval = {suite: needle.run_suite(suite, config, workdir, spec, mesh, state["params"], step,
+                                       docs, tokenizer, "")
+               for suite in ("passkey", "needle") if suite in suites}
   close_outputs()
   print(f"final validation loss: {val_loss:.4f} nats/byte ({val_loss / math.log(2):.4f} bits/byte); "
         f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats")
@@ -563,7 +621,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if row["nll"] is not None:
       print(f"  ppl at {row['length']:>6} tokens ({row['multiplier']:g}x train_len): "
             f"{row['ppl']:.4f} ({row['tokens']} tokens)")
-  return {"step": step, "val_loss": val_loss, "ppl_vs_length": result}
+  for suite, r in retrieval.items():
+    print(f"  {suite}: accuracy by length "
+          + ", ".join(f"{row['length']}: {row['accuracy']:.2f}" for row in r["rows"]
+                      if row["accuracy"] is not None)
+          + f"; largest length passing {r['threshold']}: {r['max_length_passing']}")
+  return {"step": step, "val_loss": val_loss, "ppl_vs_length": result, **retrieval}
 
 
 def make_lr_schedule(train_config):
@@ -572,6 +635,66 @@ def make_lr_schedule(train_config):
   return optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=t.learning_rate, warmup_steps=t.warmup_steps,
       decay_steps=max(t.num_steps, t.warmup_steps + 1), end_value=t.learning_rate * t.final_lr_ratio)
+
+
+# ---------------------------------------------------------------------------- multi-host start-up
+
+
+def distributed_launcher(environ=None) -> str | None:
+  """Which multi-process launch started this process, or None for a single process.
+
+  Read from environment variables and device files only (no JAX device is touched), in order:
+    "slurm"  an `srun` step of several tasks: SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_PROCID,
+             SLURM_LOCALID set and SLURM_NTASKS > 1 (what JAX's SLURM cluster reads);
+    "mpi"    Open MPI's `mpirun` of several processes: OMPI_COMM_WORLD_SIZE > 1 (with
+             OMPI_MCA_orte_hnp_uri, what JAX's Open MPI cluster reads);
+    "tpu"    a Cloud TPU VM: libtpu is installed and the host has TPU chips (/dev/accel* or
+             /dev/vfio/<n>); JAX reads the slice's workers from the TPU metadata (GCE) or
+             TPU_WORKER_HOSTNAMES / TPU_PROCESS_ADDRESSES (GKE): a single-host slice becomes
+             a one-process cluster.
+  Launchers JAX cannot detect pass --coordinator_address, --num_processes and --process_id.
+  """
+  import glob
+  import importlib.util
+  env = os.environ if environ is None else environ
+  slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+  if all(k in env for k in slurm) and int(env["SLURM_NTASKS"]) > 1:
+    return "slurm"
+  if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1 and "OMPI_MCA_orte_hnp_uri" in env:
+    return "mpi"
+  tpu_chips = glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*")
+  if tpu_chips and importlib.util.find_spec("libtpu") is not None:
+    return "tpu"
+  return None
+
+
+def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
+                           num_processes: int = 0, process_id: int = -1) -> None:
+  """Calls `jax.distributed.initialize()` for a multi-process run, before any device is used.
+
+  With a coordinator address (`--coordinator_address`, `--num_processes`, `--process_id`) it is
+  called with them; else, with mode "auto", only when `distributed_launcher()` detects a launch
+  (JAX then reads the cluster from the environment); "on" always calls it, "off" never. Each
+  process then sees all devices (`jax.devices()`) and feeds its own share of every batch; only
+  process 0 writes config.json, metrics, TensorBoard and eval files; Orbax checkpoints are
+  written by all processes together, so `--workdir` must be one directory every host sees (a
+  shared or mounted file system).
+
+  Raises:
+    ConfigError: --coordinator_address, --num_processes and --process_id not given together
+      (an address, a count >= 1 and an index in [0, count)).
+  """
+  explicit = bool(coordinator_address) or num_processes > 0 or process_id >= 0
+  if explicit:
+    if not coordinator_address or num_processes < 1 or not 0 <= process_id < num_processes:
+      raise ConfigError(
+          f"--coordinator_address={coordinator_address!r}, --num_processes={num_processes} and "
+          f"--process_id={process_id} go together: host:port of process 0, the number of "
+          "processes >= 1 and this process's index in [0, num_processes)")
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id)
+  elif mode == "on" or (mode == "auto" and distributed_launcher() is not None):
+    jax.distributed.initialize()
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -584,6 +707,13 @@ def define_flags() -> None:
   config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).",
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for config, metrics, checkpoints and eval results.")
+  flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
+                    "jax.distributed.initialize(): auto = when a multi-process launch is detected "
+                    "(see distributed_launcher), on = always (JAX detects the cluster), off = never.")
+  flags.DEFINE_string("coordinator_address", "", "Multi-process: host:port of process 0 "
+                      "(with --num_processes and --process_id; for launchers JAX cannot detect).")
+  flags.DEFINE_integer("num_processes", 0, "Multi-process: number of processes (with --coordinator_address).")
+  flags.DEFINE_integer("process_id", -1, "Multi-process: this process's index, 0..num_processes-1.")
 
 
 def quiet_library_logs() -> None:
@@ -599,6 +729,8 @@ def main(argv):
   if FLAGS.config is None:
     raise app.UsageError("--config is required, e.g. --config=configs/alibi_tiny.py")
   try:
+    initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes,
+                           FLAGS.process_id)  # before any device is used
     train_and_evaluate(FLAGS.config, FLAGS.workdir)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)

@@ -14,10 +14,15 @@ def get_config() -> ml_collections.ConfigDict:
 
   # ---------------------------------------------------------------- data
   c.data = ml_collections.ConfigDict()
-  c.data.source = "shakespeare"  # "shakespeare" (embedded default, fetched on first use) | "text_files".
+  c.data.source = "shakespeare"  # "shakespeare" (embedded default, fetched on first use) | "text_files"
+                                 # | "array_record" (token shards of python -m data.prepare).
   c.data.text_glob = ""  # glob of UTF-8 .txt files, one document each, for source="text_files".
+  c.data.array_record_dir = ""  # source="array_record": the directory python -m data.prepare wrote
+                                # (local or a mounted bucket); its split and tokenizer must match
+                                # data.validation_fraction / test_fraction and data.tokenizer.
   c.data.cache_dir = ""  # download cache; "" = $PE_SWEEPS_CACHE or $XDG_CACHE_HOME/pe_sweeps.
-  c.data.tokenizer = "byte"  # "byte": 256 byte ids + BOS/EOS/PAD (vocab 259).
+  c.data.tokenizer = "byte"  # "byte": 256 byte ids + BOS/EOS/PAD (vocab 259) | "sentencepiece:<path
+                             # to .model>" (e.g. <array_record_dir>/tokenizer.model; data/tokenizers.py).
   c.data.validation_fraction = 0.1  # share of documents held out for validation (whole documents).
   c.data.test_fraction = 0.1  # share of documents held out for test (whole documents).
   c.data.train_len = 256  # training context length, tokens.
@@ -29,6 +34,25 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.position_sampler.max_position = -1  # randomized/pose: positions drawn below this; -1 = 4 * train_len.
   c.data.position_sampler.num_chunks = 2  # pose: chunks of the window, each shifted by a random skip.
   c.data.position_sampler.seed = 0  # seed of the per-example draws (reproducible across resumes).
+  # Algorithmic task instead of text (data/tasks/, eval/algorithmic.py; Kazemnejad et al., arXiv
+  # 2305.19466; Ruoss et al., arXiv 2305.16843). Rows of data.train_len tokens hold whole examples.
+  c.data.task = ml_collections.ConfigDict()
+  c.data.task.name = ""  # "" = the text corpus | "copy" | "reverse" | "addition" | "parity" | "sorting".
+  # Instance size: input symbols (addition: digits per operand); see the README's task table.
+  c.data.task.train_min_size = 1  # smallest instance size trained on (sizes uniform in [min, max]).
+  c.data.task.train_max_size = 16  # n: largest size trained on; data.train_len must hold one such example.
+  c.data.task.eval_max_size = 64  # accuracy is measured at every size 1..eval_max_size (k * n).
+  c.data.task.eval_examples_per_size = 100  # held-out examples per size (accuracy and validation loss).
+  c.data.task.seed = 0  # seed of the training examples (row i of process p: rng [seed, 0, p, i]).
+  c.data.task.eval_seed = 0  # seed of held-out examples: validation [eval_seed, 1, size], eval [.., 2, size].
+  # Passkey retrieval (data/passkey.py; Mohtashami & Jaggi, arXiv 2305.16300, as used by PI,
+  # arXiv 2306.15595): the prompt format of the eval.passkey grid, and passkey documents mixed
+  # into the training split (each one inside one training window) so a small model learns it.
+  c.data.passkey = ml_collections.ConfigDict()
+  c.data.passkey.fraction = 0.0  # share of training windows made of passkey documents, [0, 1); 0 = none.
+  c.data.passkey.seed = 0  # seed of the training documents' lengths, depths and keys.
+  c.data.passkey.preamble = True  # prompts open with the paper's task description (148 tokens + newline).
+  c.data.passkey.key_digits = 5  # digits of the pass key, 1..18 (PI: random 5-digit numbers).
 
   # ---------------------------------------------------------------- model
   c.model = ml_collections.ConfigDict()
@@ -43,7 +67,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16" (softmax/loss stay float32).
   c.model.param_dtype = "float32"  # parameter dtype: "float32" | "bfloat16".
   c.model.init_std = 0.02  # std of the normal init of embeddings and projections (GPT-2).
-  c.model.attention_impl = "xla"  # "xla" (pure jnp); kernels arrive with the Pallas issue.
+  c.model.attention_impl = "xla"  # "xla" (jnp) | "pallas": fused flash kernel with RoPE/bias inside
+                                 # (models/kernels/; interpreted on CPU); layers or schemes it
+                                 # cannot compute fall back to "xla" with a logged reason.
   c.model.attention_chunk = 512  # query chunk, tokens: attention memory O(seq x chunk); 0 = off.
   c.model.sliding_window = 0  # keys visible per query in windowed layers, tokens; 0 = full attention.
   c.model.global_every = 0  # with sliding_window: every N-th layer keeps full attention; 0 = none.
@@ -76,6 +102,16 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.position.yarn_beta = 32.0  # yarn: pairs with > beta rotations over L keep their frequency.
   c.model.position.abf_theta = 500000.0  # rope, abf: the base that replaces rope_theta (Xiong et al.).
   c.model.position.alibi_interpolation = False  # alibi: slopes times L/n for a query seeing n > L keys.
+  # Eval-time position-id transforms of relative schemes (models/position_transforms.py); set
+  # by eval.extension = self_extend | string | lm_infinite rather than by hand.
+  c.model.position.position_transform = "none"  # "none" | "self_extend" | "string" | "lm_infinite".
+  c.model.position.self_extend_group = 4  # self_extend: group size G (distances >= W grow G times slower).
+  c.model.position.self_extend_window = -1  # self_extend: neighbour window W, tokens; -1 = train_len // 4.
+  c.model.position.string_shift = -1  # string: shift S, tokens; -1 = max(train_len // 3, ceil((n + W) / 2)) per row of n tokens.
+  c.model.position.string_window = -1  # string: local window W, tokens; -1 = max(1, train_len // 16).
+  c.model.position.lm_infinite_global = 10  # lm_infinite: starting tokens every query sees (n_global).
+  c.model.position.lm_infinite_window = -1  # lm_infinite: local window n_local, tokens; -1 = train_len.
+  c.model.position.lm_infinite_distance = -1  # lm_infinite: distance ceiling d_max, tokens; -1 = train_len.
 
   # ---------------------------------------------------------------- optimisation
   c.train = ml_collections.ConfigDict()
@@ -108,10 +144,34 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.length_multipliers = (0.5, 1.0, 2.0, 4.0, 8.0)  # eval lengths, multiples of train_len.
   c.eval.max_tokens_per_length = 65536  # tokens scored per length (document prefixes); 0 = all.
   c.eval.batch_tokens = 16384  # tokens per forward batch (bounds eval memory).
-  c.eval.extension = "none"  # eval-time extension (python -m eval.run): none | pi | ntk | dynamic_ntk
-                             # | yarn | abf (rope) | alibi_interpolation (alibi); models/rope_scaling.py.
-  c.eval.factor = 1.0  # scale factor s of pi / ntk / yarn (e.g. eval length / train_len).
+  c.eval.suites = "ppl_vs_length,loss_by_position"  # comma-separated: ppl_vs_length, loss_by_position
+                             # (one pass gives both), passkey, needle, algorithmic (eval/run.py).
+  c.eval.extension = "none"  # eval-time extensions, comma-separated (python -m eval.run runs each):
+                             # none | pi | ntk | dynamic_ntk | yarn | abf (rope) | alibi_interpolation
+                             # (alibi) | self_extend | string | lm_infinite (relative schemes);
+                             # models/rope_scaling.py and models/position_transforms.py.
+  c.eval.factor = 1.0  # scale factor s of pi / ntk / yarn (e.g. eval length / train_len);
+                       # self_extend: the group size G (an integer).
+  c.eval.window = -1  # self_extend / string: window W; lm_infinite: n_local; tokens; -1 = default.
   c.eval.protocol = "non_overlapping"  # "non_overlapping" | "sliding" (Press et al., arXiv 2108.12409 Sec. 4).
   c.eval.stride = 0  # sliding: window advance, tokens, <= every eval length; 0 = length // 2; 1 = the paper's.
   c.eval.position_bins = 32  # loss by position: at most this many log-spaced position bins; 0 = one per position.
+  # Passkey grid (eval/needle.py): context lengths (eval.length_multipliers x train_len, tokens,
+  # BOS included) x needle depths, greedy decoding; the prompt format is data.passkey's.
+  c.eval.passkey = ml_collections.ConfigDict()
+  c.eval.passkey.depths = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # share of filler before the needle.
+  c.eval.passkey.trials = 5  # prompts (random keys) per (length, depth) cell.
+  c.eval.passkey.seed = 0  # seed of the prompts: same prompts for every scheme and checkpoint.
+  c.eval.passkey.threshold = 0.9  # a length passes with accuracy >= this, and so must every shorter one.
+  c.eval.passkey.max_new_tokens = 8  # greedy tokens decoded after the prompt; >= key_digits + 2.
+  # Needle grid (eval/needle.py; RULER single needle, Hsieh et al., arXiv 2404.06654): a key-value
+  # needle inside held-out text of eval.split; same grid, scoring and threshold rule as passkey.
+  c.eval.needle = ml_collections.ConfigDict()
+  c.eval.needle.depths = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # share of haystack before the needle.
+  c.eval.needle.trials = 5  # prompts (random key, value and haystack start) per (length, depth) cell.
+  c.eval.needle.seed = 0  # seed of the prompts: same prompts for every scheme and checkpoint.
+  c.eval.needle.threshold = 0.9  # a length passes with accuracy >= this, and so must every shorter one.
+  c.eval.needle.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
+  c.eval.needle.preamble = True  # prompts open with RULER's task description (136 tokens + newline).
+  c.eval.needle.value_digits = 7  # digits of the needle's value, 1..18 (RULER: 7).
   return c

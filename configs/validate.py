@@ -17,7 +17,7 @@ class ConfigError(ValueError):
 
 DTYPES = ("float32", "bfloat16")
 ACTIVATIONS = ("gelu", "swiglu")
-ATTENTION_IMPLS = ("xla",)
+ATTENTION_IMPLS = ("xla", "pallas")  # models/attention.py; "pallas": models/kernels/flash.py
 EVAL_SPLITS = ("validation", "test")
 EVAL_PROTOCOLS = ("non_overlapping", "sliding")  # eval/perplexity.py PROTOCOLS
 
@@ -88,18 +88,23 @@ def validate(config, num_devices: int) -> None:
   _choice(m.param_dtype, "model.param_dtype", DTYPES)
   _choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
   _choice(config.eval.split, "eval.split", EVAL_SPLITS)
-  from models.rope_scaling import EXTENSIONS
-  _choice(config.eval.extension, "eval.extension", EXTENSIONS)
+  eval_extensions(config)
+  eval_suites(config)
   from data.tokenizers import get_tokenizer
   vocab = get_tokenizer(config.data.tokenizer).vocab_size
   if m.vocab_size < vocab:
     raise ConfigError(f"model.vocab_size={m.vocab_size} is smaller than the {config.data.tokenizer!r} "
                       f"tokenizer's {vocab} ids")
-  from data.corpora import SOURCES
-  _choice(config.data.source, "data.source", SOURCES)
+  check_data_source(config)  # data.source, data.array_record_dir (data/corpora.py, data/prepare.py)
   positions.build(m.position, positions.Dims.from_config(config), check_only=True)
+  from models import position_transforms
+  position_transforms.check_config(m.position, config.data.train_len)
   from data.position_samplers import check_config as check_position_sampler
   check_position_sampler(config.data.position_sampler, config.data.train_len, m.position)
+  if config.data.get("task") is not None:  # data.task: the algorithmic task, if any
+    from data.tasks import check_config as check_task
+    check_task(config.data.task, config.data.train_len)
+  check_retrieval(config)  # data.passkey, eval.passkey, eval.needle (data/passkey.py, eval/needle.py)
   t = config.train
   if not t.learning_rate > 0:
     raise ConfigError(f"train.learning_rate must be > 0; got {t.learning_rate}")
@@ -156,6 +161,157 @@ def validate(config, num_devices: int) -> None:
         f"data.batch_size={config.data.batch_size} must split into train.grad_accum_steps="
         f"{t.grad_accum_steps} microbatches whose size is divisible by the batch-parallel "
         f"devices mesh.data*mesh.fsdp={data * fsdp}")
+
+
+def check_data_source(config) -> None:
+  """Checks data.source and data.array_record_dir (the prepared directory itself is read and
+  checked against data.tokenizer and the split fractions when it is loaded:
+  data.corpora.load_prepared_splits, still before compilation).
+
+  Raises:
+    ConfigError: an unknown data.source; data.array_record_dir set with another source, or a
+      URL (ArrayRecord reads local or mounted paths); data.passkey.fraction > 0 with
+      source="array_record" (passkey training documents are made from the training text).
+  """
+  from data.corpora import SOURCES  # local import: numpy only
+  d = config.data
+  _choice(d.source, "data.source", SOURCES)
+  directory = d.get("array_record_dir", "")
+  if not isinstance(directory, str):
+    raise ConfigError(f"data.array_record_dir must be a path (a string); got {directory!r}")
+  if directory and d.source != "array_record":
+    raise ConfigError(f"data.array_record_dir={directory!r} is only read with "
+                      f"data.source='array_record'; got data.source={d.source!r}")
+  if "://" in directory:
+    raise ConfigError(f"data.array_record_dir={directory!r}: ArrayRecord files are read from a "
+                      "local path; mount the bucket (e.g. gcsfuse) on every host and give the "
+                      "mount's path, or copy the directory to each host's disk")
+  p = d.get("passkey")
+  if d.source == "array_record" and p is not None and p.fraction > 0:
+    raise ConfigError(f"data.passkey.fraction={p.fraction} needs the training text, which "
+                      "data.source='array_record' holds as token ids only; set it to 0, or train "
+                      "from data.source='text_files'")
+
+
+def _integer(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_retrieval(config) -> None:
+  """Checks the passkey / needle retrieval fields: data.passkey, eval.passkey, eval.needle.
+
+  Sections absent from an older config are skipped (train.load_run_config fills them from
+  configs/base.py anyway).
+
+  Raises:
+    ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
+      outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
+      key_digits / value_digits outside 1..18; depths not a non-empty list of numbers in [0, 1];
+      trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
+      space and the character after the number); or, with data.passkey.fraction > 0, a passkey
+      training document that cannot fit in data.train_len tokens, or an algorithmic task.
+  """
+  from data.passkey import MAX_DIGITS, min_document_len  # local import: numpy only
+  from data.tokenizers import get_tokenizer
+  p = config.data.get("passkey")
+  if p is not None:
+    if isinstance(p.fraction, bool) or not isinstance(p.fraction, (int, float)) or not 0 <= p.fraction < 1:
+      raise ConfigError(f"data.passkey.fraction must lie in [0, 1) (share of training windows; "
+                        f"0 = none); got {p.fraction!r}")
+    _retrieval_common(p, "data.passkey", digits_field="key_digits", max_digits=MAX_DIGITS)
+    task = config.data.get("task")
+    if p.fraction > 0 and task is not None and task.get("name"):
+      raise ConfigError(f"data.passkey.fraction={p.fraction} mixes passkey documents into text "
+                        f"training; it must be 0 with an algorithmic task "
+                        f"(data.task.name={task.name!r})")
+    if p.fraction > 0:
+      need = min_document_len(get_tokenizer(config.data.tokenizer), preamble=p.preamble,
+                              key_digits=p.key_digits)
+      if need > config.data.train_len:
+        raise ConfigError(
+            f"data.passkey.fraction > 0 needs data.train_len >= {need} tokens for a passkey "
+            f"document with data.passkey.preamble={p.preamble} and key_digits={p.key_digits}; "
+            f"got data.train_len={config.data.train_len} (set data.passkey.preamble=False, "
+            "or fraction=0)")
+  for suite in ("passkey", "needle"):
+    e = config.eval.get(suite)
+    if e is None:
+      continue
+    prefix = f"eval.{suite}"
+    if suite == "needle":
+      _retrieval_common(e, prefix, digits_field="value_digits", max_digits=MAX_DIGITS)
+      digits, digits_name = e.value_digits, "eval.needle.value_digits"
+    else:
+      digits, digits_name = (p.key_digits if p is not None else 5), "data.passkey.key_digits"
+    depths = e.depths
+    if (not isinstance(depths, (tuple, list)) or not depths
+        or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1
+               for d in depths)):
+      raise ConfigError(f"{prefix}.depths must be a non-empty list of numbers in [0, 1] (share of "
+                        f"the filler before the needle); got {depths!r}")
+    if not _integer(e.trials) or e.trials < 1:
+      raise ConfigError(f"{prefix}.trials must be a positive integer; got {e.trials!r}")
+    if not _integer(e.seed) or e.seed < 0:
+      raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {e.seed!r}")
+    if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float)) or not 0 < e.threshold <= 1:
+      raise ConfigError(f"{prefix}.threshold must lie in (0, 1] (accuracy a length needs); "
+                        f"got {e.threshold!r}")
+    if not _integer(e.max_new_tokens) or e.max_new_tokens < digits + 2:
+      raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {digits + 2} "
+                        f"({digits_name} + 2: a leading space, the digits and the character "
+                        f"after them); got {e.max_new_tokens!r}")
+
+
+def _retrieval_common(section, prefix: str, *, digits_field: str, max_digits: int) -> None:
+  """Checks the seed, preamble and digit count of a passkey / needle section."""
+  if not _integer(section.seed) or section.seed < 0:
+    raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {section.seed!r}")
+  if not isinstance(section.preamble, bool):
+    raise ConfigError(f"{prefix}.preamble must be True or False; got {section.preamble!r}")
+  digits = section[digits_field]
+  if not _integer(digits) or not 1 <= digits <= max_digits:
+    raise ConfigError(f"{prefix}.{digits_field} must be an integer in [1, {max_digits}]; "
+                      f"got {digits!r}")
+
+
+# eval.suites names (eval/run.py): ppl_vs_length and loss_by_position come from one pass.
+SUITES = ("ppl_vs_length", "loss_by_position", "passkey", "needle", "algorithmic")
+
+
+def _name_list(value, path: str, allowed) -> list[str]:
+  """Splits a comma-separated string of names and checks each against `allowed`."""
+  if not isinstance(value, str):
+    raise ConfigError(f"{path} must be a comma-separated string of names from "
+                      f"{', '.join(allowed)}; got {value!r}")
+  names = [n.strip() for n in value.split(",") if n.strip()]
+  if not names:
+    raise ConfigError(f"{path} is empty; choose from {', '.join(allowed)}")
+  for n in names:
+    if n not in allowed:
+      raise ConfigError(f"{path}: {n!r} is not one of {', '.join(allowed)}")
+  if len(set(names)) != len(names):
+    raise ConfigError(f"{path} names a method twice: {value!r}")
+  return names
+
+
+def eval_extensions(config) -> list[str]:
+  """`eval.extension` as a list: comma-separated names from models.rope_scaling.EXTENSIONS.
+
+  Raises:
+    ConfigError: an unknown or repeated name, or an empty list.
+  """
+  from models.rope_scaling import EXTENSIONS
+  return _name_list(config.eval.extension, "eval.extension", tuple(EXTENSIONS))
+
+
+def eval_suites(config) -> list[str]:
+  """`eval.suites` as a list (comma-separated names from `SUITES`).
+
+  Raises:
+    ConfigError: an unknown or repeated name, or an empty list.
+  """
+  return _name_list(config.eval.get("suites", "ppl_vs_length,loss_by_position"), "eval.suites",
+                    SUITES)
 
 
 def eval_lengths(config) -> list[int]:

@@ -36,6 +36,16 @@ def test_350m_parameter_count_without_allocating():
   assert (c.model.num_layers, c.model.d_model, c.model.num_heads, c.data.train_len) == (24, 1024, 16, 1024)
 
 
+def test_passkey_documents_must_fit_train_len():
+  """The paper's preamble leaves no room in a 128-token window: refused, naming the fields."""
+  c = load(os.path.join(ROOT, "configs", "passkey_tiny.py"))
+  c.data.train_len = 128
+  validate(c, 8)  # without the preamble a passkey document needs 106 tokens
+  c.data.passkey.preamble = True
+  with pytest.raises(ConfigError, match="data.passkey.preamble"):
+    validate(c, 8)
+
+
 def test_mesh_resolution():
   class M:  # a stand-in for the mesh ConfigDict
     def __init__(self, data, fsdp, tensor):
@@ -63,12 +73,44 @@ def test_mesh_resolution():
     ("train.stop_after_step", -7, "train.stop_after_step"),
     ("eval.max_tokens_per_length", -5, "eval.max_tokens_per_length"),
     ("model.global_every", 2, "model.global_every"),
+    # data.task (algorithmic tasks)
+    ("data.task.name", "multiply", "data.task.name"),
+    ("data.task.train_min_size", 0, "data.task.train_min_size"),
+    ("data.task.train_max_size", 0, "data.task.train_max_size"),
+    ("data.task.eval_max_size", 8, "data.task.eval_max_size"),
+    ("data.task.eval_examples_per_size", 0, "data.task.eval_examples_per_size"),
+    ("data.task.seed", -1, "data.task.seed"),
+    ("data.task.eval_seed", -3, "data.task.eval_seed"),
+    ("data.train_len", 21, "data.train_len=21 cannot hold"),
+    # passkey / needle retrieval (data/passkey.py, eval/needle.py)
+    ("data.passkey.fraction", 1.0, "data.passkey.fraction"),
+    ("data.passkey.key_digits", 0, "data.passkey.key_digits"),
+    ("data.passkey.seed", -1, "data.passkey.seed"),
+    ("eval.passkey.depths", (0.0, 1.5), "eval.passkey.depths"),
+    ("eval.passkey.depths", (), "eval.passkey.depths"),
+    ("eval.passkey.trials", 0, "eval.passkey.trials"),
+    ("eval.passkey.threshold", 0.0, "eval.passkey.threshold"),
+    ("eval.passkey.max_new_tokens", 6, "eval.passkey.max_new_tokens"),
+    ("eval.needle.value_digits", 19, "eval.needle.value_digits"),
+    ("eval.needle.max_new_tokens", 8, "eval.needle.max_new_tokens"),
+    ("eval.needle.threshold", 1.5, "eval.needle.threshold"),
+    # eval suites and eval-time extensions (lists), position-id transforms
+    ("eval.suites", "ppl_vs_length,perplexity", "eval.suites: 'perplexity' is not one of"),
+    ("eval.suites", "", "eval.suites is empty"),
+    ("eval.extension", "yarn,yarn", "eval.extension names a method twice"),
+    ("eval.extension", "none,rerope", "eval.extension: 'rerope' is not one of"),
+    ("model.position.position_transform", "dca", "model.position.position_transform"),
 ])
 def test_bad_fields_name_themselves(field, value, match):
-  c = load(os.path.join(ROOT, "configs", "alibi_tiny.py"))
-  section, name = field.split(".")
+  # Task fields other than the name (and train_len vs. the task) only matter with a task set.
+  on_task = field.startswith("data.task.") and field != "data.task.name" or "cannot hold" in match
+  c = load(os.path.join(ROOT, "configs", "task_copy.py" if on_task else "alibi_tiny.py"))
+  *sections, name = field.split(".")
+  target = c
+  for section in sections:
+    target = target[section]
   with c.unlocked():
-    setattr(c[section], name, value)
+    setattr(target, name, value)
   with pytest.raises(ConfigError, match=match):
     validate(c, 8)
 

@@ -83,6 +83,13 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   curves = eval_run._same_step_curves(str(tmp_path / "eval"), out["step"], "validation",
                                       "non_overlapping")
   assert [c["extension"] for c in curves] == ["none", "self_extend", "yarn"]
+  # The sliding protocol writes its own files; the non-overlapping ones stay.
+  sliding = train.load_run_config(str(tmp_path))
+  sliding.eval.protocol, sliding.eval.stride = "sliding", 8
+  sliding.eval.length_multipliers = (1.0,)
+  assert set(eval_run.evaluate(str(tmp_path), config=sliding)) == {"ppl_vs_length_sliding_s8"}
+  assert json.load(open(tmp_path / "eval/ppl_vs_length_sliding_s8.json"))["stride"] == 8
+  assert json.load(open(tmp_path / "eval/ppl_vs_length.json"))["protocol"] == "non_overlapping"
   bad = train.load_run_config(str(tmp_path))
   bad.eval.extension = "alibi_interpolation"
   with pytest.raises(ConfigError, match="eval.extension"):
@@ -230,3 +237,21 @@ def test_every_scheme_trains_and_evaluates_at_4x(kind, text_corpus, tmp_path):
     assert rows[128]["nll"] is None and "skipped" in rows[128]
   else:
     assert rows[128]["tokens"] > 0 and np.isfinite(rows[128]["nll"])
+
+
+def test_training_ends_with_the_configured_retrieval_suites(text_corpus, tmp_path):
+  c = tiny_config(text_corpus)
+  c.data.train_len = 64
+  c.train.num_steps = 2
+  c.eval.length_multipliers = (2.0,)  # 128 tokens: room for a passkey prompt without preamble
+  c.data.passkey.preamble = False
+  c.eval.passkey.depths = (0.5,)
+  c.eval.passkey.trials = 1
+  c.eval.suites = "ppl_vs_length,passkey"
+  out = train.train_and_evaluate(c, str(tmp_path / "ok"), devices=jax.devices()[:1])
+  assert out["passkey"]["rows"][0]["length"] == 128 and out["passkey"]["rows"][0]["prompts"] == 1
+  assert os.path.getsize(tmp_path / "ok/eval/passkey.json") > 0
+  c.eval.length_multipliers = (1.0,)  # 64 tokens cannot hold the prompt: refused up front
+  with pytest.raises(ConfigError, match="eval.length_multipliers"):
+    train.train_and_evaluate(c, str(tmp_path / "short"), devices=jax.devices()[:1])
+  assert not os.path.exists(tmp_path / "short/checkpoints")
