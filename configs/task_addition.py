@@ -32,4 +32,5 @@ def get_config():
   c.train.log_every_steps = 50
   c.train.eval_every_steps = 500
   c.train.checkpoint_every_steps = 500
+  c.eval.suites = "algorithmic"  # python -m eval.run: accuracy per size (eval/algorithmic.py)
   return c
