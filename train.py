@@ -262,12 +262,17 @@ def restore_params(workdir: str, config, spec: ModelSpec, step: int | None = Non
     (params pure dict with the spec's shardings, the step restored).
 
   Raises:
-    ConfigError: no checkpoint in workdir, or one whose shapes differ from the config's model.
+    ConfigError: no checkpoint in workdir, no checkpoint at `step` (listing those there), or one
+      whose shapes differ from the config's model.
   """
   mngr = checkpoint_manager(workdir, config)
   step = mngr.latest_step() if step is None else step
   if step is None:
     raise ConfigError(f"--workdir={workdir} holds no checkpoint")
+  if step not in mngr.all_steps():
+    available = sorted(mngr.all_steps())
+    mngr.close()
+    raise ConfigError(f"--step={step}: {workdir} has no such checkpoint; available steps: {available}")
   target = {"params": spec.abstract_params}
   try:
     restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(

@@ -399,7 +399,8 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
   extension = config.eval.get("extension", "none")
   factor = config.eval.get("factor", 1.0)
   if suffix is None:
-    suffix = "" if extension == "none" else f"_{extension}_x{factor:g}"
+    from models.rope_scaling import extension_suffix  # here: prompts and scoring need no model code
+    suffix = extension_suffix(extension, factor)
   result.update({
       "scheme": config.model.position.kind, "step": int(step),
       "config_hash": config_hash(config),

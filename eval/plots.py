@@ -46,7 +46,11 @@ def plot_ppl_vs_length(results: dict | list[dict], path: str) -> None:
   ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%.3g"))
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel("perplexity (per byte token)")
-  ax.set_title(f"Perplexity vs length ({result.get('split', '')}, step {result.get('step', '?')})")
+  protocol = result.get("protocol", "non_overlapping")
+  if protocol == "sliding":
+    protocol += f", stride {result.get('stride') or 'L/2'}"
+  ax.set_title(f"Perplexity vs length ({protocol}; {result.get('split', '')}, "
+               f"step {result.get('step', '?')})", fontsize=9)
   ax.grid(True, which="both", alpha=0.3)
   ax.legend()
   fig.tight_layout()

@@ -55,9 +55,13 @@ def define_flags(argv: list[str]) -> None:
   flags.DEFINE_enum("split", None, ["validation", "test"], "Held-out split (default: the run's).")
 
 
-def _same_step_curves(out_dir: str, step: int, split: str, protocol: str) -> list[dict]:
-  """The ppl_vs_length results in `out_dir` of one checkpoint step, split and protocol: the model
-  as trained first, then the eval-time extensions by name."""
+# Fields that must agree for ppl_vs_length curves to share a figure (same text scored the same way).
+COMPARABLE = ("step", "split", "protocol", "stride", "max_tokens_per_length", "train_len")
+
+
+def _same_step_curves(out_dir: str, like: dict) -> list[dict]:
+  """The ppl_vs_length results in `out_dir` comparable with `like` (same `COMPARABLE` fields and
+  lengths): the model as trained first, then the eval-time extensions by name."""
   curves = []
   for path in sorted(glob.glob(os.path.join(out_dir, "ppl_vs_length*.json"))):
     try:
@@ -65,8 +69,8 @@ def _same_step_curves(out_dir: str, step: int, split: str, protocol: str) -> lis
         r = json.load(f)
     except (OSError, ValueError):
       continue
-    if (r.get("suite") == "ppl_vs_length" and r.get("step") == step and r.get("split") == split
-        and r.get("protocol", "non_overlapping") == protocol):
+    if (r.get("suite") == "ppl_vs_length" and all(r.get(k) == like.get(k) for k in COMPARABLE)
+        and [row["length"] for row in r["rows"]] == [row["length"] for row in like["rows"]]):
       curves.append(r)
   return sorted(curves, key=lambda r: (r.get("extension", "none") != "none",
                                        r.get("extension", ""), r.get("extension_factor", 1)))
@@ -93,7 +97,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   needle from eval/needle.py; algorithmic from eval/algorithmic.py), extensions are
   `eval.extension` (comma-separated; "none" is the model as trained). Each (suite, extension)
   writes `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
-  `_<extension>_x<eval.factor>` (perplexity files then add `_sliding[_s<stride>]` under the sliding
+  `_<extension>[_x<eval.factor>]` (`rope_scaling.extension_suffix`; perplexity files then add `_sliding[_s<stride>]` under the sliding
   protocol, so both protocols' results are kept). `ppl_vs_length.png` is then redrawn with one curve per
   ppl_vs_length result of this step, split and protocol in `<workdir>/eval/` (the extensions
   as extra curves).
@@ -116,9 +120,10 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   """
   run_config = train.load_run_config(workdir)
   config = run_config if config is None else ml_collections.ConfigDict(config.to_dict())
-  if config.model != run_config.model:
-    raise ConfigError("--config.model.* must stay as trained (the checkpoint's model); "
-                      "override eval.* fields only (eval.extension for eval-time extensions)")
+  if config.model != run_config.model or config.data.train_len != run_config.data.train_len:
+    raise ConfigError("--config.model.* and --config.data.train_len must stay as trained (the "
+                      "checkpoint's model); override eval.* fields (eval.extension for eval-time "
+                      "extensions)")
   if length_multipliers is not None:
     try:
       config.eval.length_multipliers = tuple(float(x) for x in length_multipliers)
@@ -155,7 +160,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
       perplexity.check_lengths(eval_lengths(ext_config),
                                spec.max_position if length_multipliers is not None else None,
                                ext_config.model.position.kind, spec.max_position_hint)
-    suffix = "" if extension == "none" else f"_{extension}_x{config.eval.factor:g}"
+    suffix = rope_scaling.extension_suffix(extension, config.eval.factor)
     runs.append((ext_config, spec, suffix))
   docs = {} if task else train.load_splits(config)
   tokenizer = get_tokenizer(config.data.tokenizer)
@@ -180,9 +185,10 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
       results[f"algorithmic{suffix}"] = algorithmic.run_suite(*args, suffix=suffix)
   if any(k.startswith("ppl_vs_length") for k in results) and jax.process_index() == 0:
     first = next(v for k, v in results.items() if k.startswith("ppl_vs_length"))
-    curves = _same_step_curves(out_dir, step, first["split"], first["protocol"])
+    curves = _same_step_curves(out_dir, first)
     if len(curves) > 1:
-      plots.plot_ppl_vs_length(curves, os.path.join(out_dir, "ppl_vs_length.png"))
+      name = "ppl_vs_length" + perplexity.protocol_suffix(first["protocol"], first["stride"])
+      plots.plot_ppl_vs_length(curves, os.path.join(out_dir, f"{name}.png"))
   return results
 
 

@@ -59,6 +59,14 @@ EXTENSIONS = {
     "string": RELATIVE_KINDS,
     "lm_infinite": RELATIVE_KINDS + ("none",),  # NoPE: the Lambda mask alone
 }
+def extension_suffix(extension: str, factor: float) -> str:
+  """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for
+  the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"."""
+  if extension == "none":
+    return ""
+  return f"_{extension}" + (f"_x{factor:g}" if extension in USES_FACTOR + ("self_extend",) else "")
+
+
 # Position-id transforms (models/position_transforms.py) and the model.position field of
 # their window W / n_local that eval.window sets.
 TRANSFORM_WINDOWS = {"self_extend": "self_extend_window", "string": "string_window",

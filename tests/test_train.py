@@ -80,9 +80,12 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
       by_len[32]["nll"], rel=1e-6)
   passkey_rows = {r["length"]: r for r in results["passkey_yarn_x2"]["rows"]}
   assert "skipped" in passkey_rows[32] and passkey_rows[128]["accuracy"] is not None
-  curves = eval_run._same_step_curves(str(tmp_path / "eval"), out["step"], "validation",
-                                      "non_overlapping")
+  # One figure holds the comparable curves (same step, protocol, budget and lengths: the plain
+  # result was rewritten above at lengths 32 and 128).
+  curves = eval_run._same_step_curves(str(tmp_path / "eval"), yarn)
   assert [c["extension"] for c in curves] == ["none", "self_extend", "yarn"]
+  yarn["max_tokens_per_length"] = 1  # another budget: another figure
+  assert eval_run._same_step_curves(str(tmp_path / "eval"), yarn) == []
   # The sliding protocol writes its own files; the non-overlapping ones stay.
   sliding = train.load_run_config(str(tmp_path))
   sliding.eval.protocol, sliding.eval.stride = "sliding", 8
