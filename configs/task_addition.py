@@ -8,29 +8,17 @@ about 0 from 3 digits on; validation loss still near 1 nat per answer token), so
 --config.train.num_steps for a converged model. Any scheme: --config.model.position.kind=rope.
 """
 
-from configs import base
+from configs import task_copy
 
 
 def get_config():
-  """Reversed-digit addition, train 1..5 digits, eval 1..20 digits (4x), small decoder."""
-  c = base.get_config()
+  """Reversed-digit addition, train 1..5 digits, eval 1..20 digits (4x), 3 layers, 2000 steps."""
+  c = task_copy.get_config()
   c.data.task.name = "addition"
-  c.data.task.train_min_size = 1
   c.data.task.train_max_size = 5
   c.data.task.eval_max_size = 20
-  c.data.task.eval_examples_per_size = 100
   c.data.train_len = 19  # 3 * 5 + 4: one 5-digit example per row
-  c.data.batch_size = 64
-  c.model.position.kind = "alibi"
   c.model.num_layers = 3
-  c.model.d_model = 128
-  c.model.num_heads = 4
-  c.model.mlp_dim = 512
   c.train.num_steps = 2000
-  c.train.warmup_steps = 100
-  c.train.learning_rate = 3e-3
-  c.train.log_every_steps = 50
   c.train.eval_every_steps = 500
-  c.train.checkpoint_every_steps = 500
-  c.eval.suites = "algorithmic"  # python -m eval.run: accuracy per size (eval/algorithmic.py)
   return c
