@@ -208,9 +208,9 @@ def test_evaluate_ppl_writes_loss_by_position(model, text_corpus, tmp_path):
   validate(c, 1)
   docs = {"train": [], "validation": docs_of(50, 70, 20, 90), "test": []}
   result = train.evaluate_ppl(c, str(tmp_path), model.spec, model.mesh, model.params, 7, docs, TOK)
-  on_disk = json.load(open(tmp_path / "eval" / "ppl_vs_length.json"))
+  on_disk = json.load(open(tmp_path / "eval" / "ppl_vs_length_sliding_s4.json"))  # protocol's own
   assert on_disk == json.loads(json.dumps(result))
-  positions = json.load(open(tmp_path / "eval" / "loss_by_position.json"))
+  positions = json.load(open(tmp_path / "eval" / "loss_by_position_sliding_s4.json"))
   for r in (on_disk, positions):
     assert (r["protocol"], r["stride"], r["step"], r["documents"]) == ("sliding", 4, 7, 4)
     assert r["config_hash"] == train.config_hash(c)
@@ -222,7 +222,7 @@ def test_evaluate_ppl_writes_loss_by_position(model, text_corpus, tmp_path):
     assert sum(b["tokens"] for b in pos["bins"]) == row["tokens"]
     assert math.isclose(sum(b["nll"] * b["tokens"] for b in pos["bins"]) / row["tokens"],
                         row["nll"], rel_tol=1e-12)
-  for name in ("ppl_vs_length.png", "loss_by_position.png"):
+  for name in ("ppl_vs_length_sliding_s4.png", "loss_by_position_sliding_s4.png"):
     assert (tmp_path / "eval" / name).stat().st_size > 0
 
 

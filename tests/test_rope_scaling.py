@@ -291,11 +291,12 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
 @pytest.mark.parametrize("kind,extension,factor,match", [
     ("rope", "longrope", 4.0,
      r"eval\.extension='longrope' is not supported; choose one of \['none', 'pi', 'ntk'"),
-    ("alibi", "yarn", 4.0, r"eval\.extension='yarn' applies to model\.position\.kind='rope' only; "
-     r"this run's kind is 'alibi' \(choose one of \['none', 'alibi_interpolation'\]\)"),
+    ("alibi", "yarn", 4.0, r"eval\.extension='yarn' applies to model\.position\.kind in "
+     r"\['rope'\] only; this run's kind is 'alibi' \(choose one of \['none', "
+     r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite'\]\)"),
     ("rope", "alibi_interpolation", 4.0, r"eval\.extension='alibi_interpolation' applies to "
-                                         r"model\.position\.kind='alibi' only"),
-    ("xpos", "pi", 4.0, r"eval\.extension='pi' applies to model\.position\.kind='rope' only"),
+                                         r"model\.position\.kind in \['alibi'\] only"),
+    ("xpos", "pi", 4.0, r"eval\.extension='pi' applies to model\.position\.kind in \['rope'\] only"),
     ("rope", "pi", 0.5, r"eval\.extension='pi' needs a factor s >= 1"),
     ("rope", "yarn", None, r"eval\.extension='yarn' needs a factor s >= 1"),
 ])
