@@ -20,6 +20,19 @@ import os
 import numpy as np
 
 
+def checked_ids(ids, vocab_size: int) -> np.ndarray:
+  """`ids` ([n] ints, any shape) as int64 [n], checked to lie in [0, vocab_size).
+
+  Raises:
+    ValueError: if an id is outside [0, vocab_size).
+  """
+  ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+  if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+    raise ValueError(
+        f"token ids must lie in [0, {vocab_size}); got min {ids.min()}, max {ids.max()}")
+  return ids
+
+
 @dataclasses.dataclass(frozen=True)
 class ByteTokenizer:
   """Byte-level tokenizer: ids 0..255 are the byte values, then BOS, EOS and PAD.
@@ -56,10 +69,7 @@ class ByteTokenizer:
     Raises:
       ValueError: if an id is outside [0, vocab_size).
     """
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-      raise ValueError(
-          f"token ids must lie in [0, {self.vocab_size}); got min {ids.min()}, max {ids.max()}")
+    ids = checked_ids(ids, self.vocab_size)
     return ids[ids < 256].astype(np.uint8).tobytes()
 
   def decode(self, ids) -> str:
@@ -200,10 +210,7 @@ class SentencePieceTokenizer:
     Raises:
       ValueError: if an id is outside [0, vocab_size).
     """
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-      raise ValueError(
-          f"token ids must lie in [0, {self.vocab_size}); got min {ids.min()}, max {ids.max()}")
+    ids = checked_ids(ids, self.vocab_size)
     ids = ids[~self._special[ids]]
     byte_values = self._id_byte[ids]
     out, start = [], 0

@@ -117,3 +117,22 @@ def encode(example: Example, tokenizer: ByteTokenizer) -> dict[str, np.ndarray]:
 def symbols(rng: np.random.Generator, alphabet: np.ndarray, size: int) -> np.ndarray:
   """`size` symbols drawn uniformly and independently from `alphabet` (uint8 [size])."""
   return alphabet[rng.integers(0, len(alphabet), size=size)]
+
+
+class DigitTransformTask(Task):
+  """A task whose answer is a same-length transform of n random digits: prompt `x=` (n + 1
+  bytes), answer `transform(x)` (n bytes). Subclasses set `name` and `transform`."""
+
+  def prompt_length(self, size: int) -> int:
+    return size + 1
+
+  def answer_length(self, size: int) -> int:
+    return size
+
+  def transform(self, x: np.ndarray) -> np.ndarray:
+    """uint8 [n] digit bytes -> uint8 [n] answer bytes."""
+    raise NotImplementedError
+
+  def sample(self, size: int, rng: np.random.Generator) -> tuple[bytes, bytes]:
+    x = symbols(rng, DIGITS, size)
+    return x.tobytes() + SEPARATOR, self.transform(x).tobytes()

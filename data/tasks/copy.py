@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from data.tasks.base import DIGITS, SEPARATOR, Task, symbols
+from data.tasks.base import DigitTransformTask
 
 
-class Copy(Task):
+class Copy(DigitTransformTask):
   """Copy n digits: prompt `x=` (n + 1 bytes), answer `x` (n bytes)."""
 
   name = "copy"
 
-  def prompt_length(self, size: int) -> int:
-    return size + 1
-
-  def answer_length(self, size: int) -> int:
-    return size
-
-  def sample(self, size: int, rng: np.random.Generator) -> tuple[bytes, bytes]:
-    x = symbols(rng, DIGITS, size).tobytes()
-    return x + SEPARATOR, x
+  def transform(self, x: np.ndarray) -> np.ndarray:
+    return x

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from data.tasks.base import DIGITS, SEPARATOR, Task, symbols
+from data.tasks.base import DigitTransformTask
 
 
-class Sorting(Task):
+class Sorting(DigitTransformTask):
   """Sort n digits ascending: prompt `x=` (n + 1 bytes), answer `sorted(x)` (n bytes)."""
 
   name = "sorting"
 
-  def prompt_length(self, size: int) -> int:
-    return size + 1
-
-  def answer_length(self, size: int) -> int:
-    return size
-
-  def sample(self, size: int, rng: np.random.Generator) -> tuple[bytes, bytes]:
-    x = symbols(rng, DIGITS, size)
-    return x.tobytes() + SEPARATOR, np.sort(x).tobytes()
+  def transform(self, x: np.ndarray) -> np.ndarray:
+    return np.sort(x)
