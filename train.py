@@ -36,7 +36,7 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from configs import base as base_config
-from configs.validate import ConfigError, eval_lengths, eval_suites, validate
+from configs.validate import ConfigError, eval_lengths, eval_suites, parse_flags, validate
 from data import corpora, passkey, pipeline, position_samplers
 from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
@@ -744,4 +744,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

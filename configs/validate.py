@@ -317,3 +317,62 @@ def eval_suites(config) -> list[str]:
 def eval_lengths(config) -> list[int]:
   """Evaluation lengths in tokens: `round(m * train_len)` for each multiplier, sorted, unique."""
   return sorted({max(1, round(x * config.data.train_len)) for x in config.eval.length_multipliers})
+
+
+
+OVERRIDE_ERRORS = (AttributeError, KeyError, TypeError, ValueError)  # what ml_collections raises
+
+
+def exit_bad_override(error: Exception, argv: list[str]):
+  """Prints one line for a `--config.<field>` override ml_collections refused, and exits 2.
+
+  ml_collections raises AttributeError/KeyError (a field that does not exist, with a "did you
+  mean" hint wrapped in a KeyError's repr) from deep inside flag definition or parsing; the user
+  sees the overrides they gave and the hint, not a traceback.
+
+  Args:
+    error: the exception (one of OVERRIDE_ERRORS or an absl flags.Error).
+    argv: sys.argv (its `--config.*` arguments are named in the message).
+
+  Raises:
+    SystemExit: always, with status 2.
+  """
+  import ast  # noqa: PLC0415 (only the command-line entry points need these)
+  import sys  # noqa: PLC0415
+
+  detail = str(error.args[0] if error.args else error)
+  if len(detail) > 1 and detail[0] == detail[-1] and detail[0] in "'\"":
+    try:  # a KeyError's repr: unquote it
+      detail = str(ast.literal_eval(detail))
+    except (ValueError, SyntaxError):
+      pass
+  detail = "; ".join(line.strip() for line in detail.splitlines() if line.strip())
+  overrides = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+  prefix = (f"a --config override does not match the config ({', '.join(overrides)}): "
+            if overrides and not detail.startswith("flag --config.") else "")
+  print(f"error: {prefix}{detail}", file=sys.stderr)
+  sys.exit(2)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flags parser for scripts that take `--config.<field>=value` overrides.
+
+  Pass as `app.run(main, flags_parser=parse_flags)`: a misspelt field (`--config.eval.suitez`),
+  a value of the wrong type or an unknown flag ends in one line on stderr and exit status 2
+  (`exit_bad_override`), before any JAX work.
+
+  Args:
+    argv: sys.argv.
+
+  Returns:
+    The arguments that are not flags (argv[0] first), as absl's default parser does.
+
+  Raises:
+    SystemExit: on any flag error.
+  """
+  from absl import flags  # noqa: PLC0415
+
+  try:
+    return flags.FLAGS(argv)
+  except (flags.Error, *OVERRIDE_ERRORS) as e:
+    exit_bad_override(e, argv)

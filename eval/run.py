@@ -26,7 +26,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from configs import base
-from configs.validate import ConfigError, eval_extensions, eval_lengths, eval_suites, mesh_shape
+from configs.validate import (OVERRIDE_ERRORS, ConfigError, eval_extensions, eval_lengths,
+                              eval_suites, exit_bad_override, mesh_shape, parse_flags)
 from data.tokenizers import get_tokenizer
 from eval import algorithmic, needle, perplexity, plots
 from models import rope_scaling, sharding
@@ -218,5 +219,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags(sys.argv)
-  app.run(main)
+  try:  # the run's config takes the --config.* overrides as the flag is defined
+    define_flags(sys.argv)
+  except OVERRIDE_ERRORS as e:
+    exit_bad_override(e, sys.argv)
+  app.run(main, flags_parser=parse_flags)

@@ -163,6 +163,8 @@ def run_cli(args, tmp_path):
     (["--config.model.position.kind=bogus"], "model.position.kind"),
     (["--config.mesh.data=3"], "mesh"),
     (["--config.model.num_heads=5"], "model.num_heads"),
+    (["--config.eval.suitez=passkey"], 'Did you mean "suites"'),  # ml_collections' KeyError
+    (["--config.train.num_steps=many"], "--config.train.num_steps=many"),  # wrong type
 ])
 def test_cli_bad_config_fails_in_one_line(args, field, tmp_path):
   proc = run_cli([f"--workdir={tmp_path / 'w'}", *args], tmp_path)
@@ -170,6 +172,17 @@ def test_cli_bad_config_fails_in_one_line(args, field, tmp_path):
   lines = [l for l in proc.stderr.strip().splitlines() if l.startswith("error:")]
   assert len(lines) == 1 and field in lines[0], proc.stderr[-2000:]
   assert "Traceback" not in proc.stderr
+
+
+def test_eval_cli_misspelt_field_fails_in_one_line(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  proc = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={tmp_path}",
+                         "--config.eval.extensoin=yarn"], capture_output=True, text=True,
+                        cwd=ROOT, env=env, timeout=120)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert proc.stderr.strip() == ("error: a --config override does not match the config "
+                                 "(--config.eval.extensoin): 'extensoin'; Did you mean "
+                                 '"extension" instead of "extensoin"?')
 
 
 def test_cli_workdir_that_is_a_file(tmp_path):
