@@ -36,7 +36,8 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from configs import base as base_config
-from configs.validate import ConfigError, eval_lengths, eval_suites, parse_flags, validate
+from configs.validate import (ConfigError, eval_extensions, eval_lengths, eval_suites, parse_flags,
+                              validate)
 from data import corpora, passkey, pipeline, position_samplers
 from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
@@ -442,6 +443,20 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   # Suites run at the end on the model as trained (eval.run adds eval-time extensions); a task
   # run has the algorithmic suite only.
   suites = ["algorithmic"] if task else eval_suites(config)
+  asked = eval_suites(config)
+  if "algorithmic" in asked and not task:
+    raise ConfigError("eval.suites='algorithmic' needs an algorithmic task (data.task.name, "
+                      "e.g. --config=configs/task_copy.py); this run trains on text")
+  notes = []
+  if task and asked != ["algorithmic"]:
+    notes.append(f"eval.suites={config.eval.suites!r}: a task run (data.task.name={task!r}) "
+                 "evaluates the algorithmic suite only")
+  if eval_extensions(config) != ["none"]:
+    notes.append(f"eval.extension={config.eval.extension!r}: train.py evaluates the model as "
+                 "trained; run eval-time extensions with python -m eval.run --workdir=... "
+                 f"--config.eval.extension={config.eval.extension}")
+  for note in notes if jax.process_index() == 0 else []:
+    print(f"warning: not applied: {note}")
   if not task:
     perplexity.check_lengths(eval_lengths(config), None, config.model.position.kind)
     skip, reason = skipped_lengths(config, spec)

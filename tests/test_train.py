@@ -194,6 +194,14 @@ def test_cli_workdir_that_is_a_file(tmp_path):
   assert target.read_text() == "keep me"
 
 
+def test_algorithmic_suite_on_a_text_run_is_refused_before_training(text_corpus, tmp_path):
+  c = tiny_config(text_corpus)
+  c.eval.suites = "ppl_vs_length,algorithmic"
+  with pytest.raises(ConfigError, match="eval.suites='algorithmic' needs an algorithmic task"):
+    train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  assert not os.path.exists(tmp_path / "checkpoints")
+
+
 def test_flops_per_token_formula():
   c = tiny_config("unused")
   # 2 layers: matmuls 4*64*64 + 2*64*128 per layer, head 64*259; attention 2*32*64 per layer.
