@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import uuid
 from typing import Any, Callable
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
   """Calls `write(tmp_path)`, then renames tmp_path to `path` (atomic on POSIX).
 
-  A crash or kill leaves either the old file or the new one, never half of one.
+  A crash or kill leaves either the old file or the new one, never half of one. The file gets
+  the permissions a plain `open(path, "w")` would give (0666 less the umask), not mkstemp's 0600,
+  so results stay readable by the collaborators who share a workdir.
+
+  Args:
+    path: the file to (re)write.
+    write: writes the whole content to the path it is given.
+
+  Raises:
+    Whatever `write` raises (the temporary file is removed first).
   """
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-  os.close(fd)
+  tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+  os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # the umask applies
   try:
     write(tmp)
     os.replace(tmp, path)

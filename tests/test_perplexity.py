@@ -3,6 +3,7 @@ token of the document prefixes once, with the most context; stride = length is n
 the loss by position (same pass) adds up to the perplexity. A random-init tiny model suffices."""
 
 import json
+import os
 import math
 import types
 
@@ -249,3 +250,23 @@ def test_library_refuses_bad_protocol_and_stride(model):
       ppl(model, docs, [8], protocol="sliding", stride=bad)
   assert perplexity.resolve_stride(1, "sliding", 0) == 1
   assert perplexity.resolve_stride(9, "non_overlapping", 3) == 9
+
+
+def test_result_files_get_the_umask_permissions_and_no_temporary_is_left(tmp_path):
+  from eval.files import atomic_write, write_json
+  old = os.umask(0o022)
+  try:
+    write_json(str(tmp_path / "r.json"), {"a": 1})
+  finally:
+    os.umask(old)
+  assert (os.stat(tmp_path / "r.json").st_mode & 0o777) == 0o644
+  assert json.load(open(tmp_path / "r.json")) == {"a": 1}
+
+  def fail(tmp):
+    with open(tmp, "w") as f:
+      f.write("half")
+    raise KeyboardInterrupt  # a kill mid-write keeps the old file
+  with pytest.raises(KeyboardInterrupt):
+    atomic_write(str(tmp_path / "r.json"), fail)
+  assert json.load(open(tmp_path / "r.json")) == {"a": 1}
+  assert os.listdir(tmp_path) == ["r.json"]
