@@ -43,7 +43,7 @@ from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
 from eval import algorithmic, needle, perplexity, plots
 from eval.files import atomic_write, write_json
-from models import sharding
+from models import rope_scaling, sharding
 from models.decoder import Decoder
 from models.positions import Dims
 
@@ -392,7 +392,8 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
   common = {
       "protocol": protocol, "stride": stride, "windows_start": "document_start",
       "scheme": config.model.position.kind, "step": int(step), "config_hash": config_hash(config),
-      "extension": config.eval.extension, "extension_factor": config.eval.factor,
+      "extension": config.eval.extension,
+      "extension_factor": rope_scaling.applied_factor(config.eval.extension, config.eval.factor),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "max_tokens_per_length": e.max_tokens_per_length,
       "tokens_scored": sum(r["tokens"] for r in rows), "unit": "nats per byte token"}

@@ -49,6 +49,7 @@ from data.tasks import dataset
 from data.tokenizers import ByteTokenizer, get_tokenizer
 from eval.files import atomic_write, write_json
 from eval.perplexity import batch_parallelism
+from models import rope_scaling
 from models.sharding import batch_sharding, replicated
 
 matplotlib.use("Agg")
@@ -296,7 +297,8 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str =
   result = {
       "suite": SUITE, "task": t.name, "scheme": kind, "step": int(step),
       "extension": config.eval.extension if suffix else "none",
-      "extension_factor": float(config.eval.factor) if suffix else 1.0,
+      "extension_factor": (rope_scaling.applied_factor(config.eval.extension, config.eval.factor)
+                           if suffix else 1.0),
       "config_hash": config_hash(config), "size_unit": task.size_unit,
       "format": (f"BOS prompt answer EOS, bytes; e.g. size 3: {example.prompt.decode()!r} -> "
                  f"{example.answer.decode()!r}; answer targets are the answer bytes and EOS"),

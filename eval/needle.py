@@ -396,10 +396,10 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
 
   result = evaluate_grid(suite, config, builder, tokenizer, generate_for_length, skip=skip,
                          parallelism=batch_parallelism(mesh))
+  from models.rope_scaling import applied_factor, extension_suffix  # prompts need no model code
   extension = config.eval.get("extension", "none")
-  factor = config.eval.get("factor", 1.0)
+  factor = applied_factor(extension, config.eval.get("factor", 1.0))
   if suffix is None:
-    from models.rope_scaling import extension_suffix  # here: prompts and scoring need no model code
     suffix = extension_suffix(extension, factor)
   result.update({
       "scheme": config.model.position.kind, "step": int(step),

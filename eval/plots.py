@@ -87,7 +87,7 @@ def plot_loss_by_position(result: dict, path: str) -> None:
   ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
   ax.set_xlabel("context tokens (position in window + 1)")
   ax.set_ylabel("NLL (nats per byte token)")
-  ax.set_title(f"Loss by position: {result.get('scheme', 'model')}, {result.get('protocol', '')} "
+  ax.set_title(f"Loss by position: {curve_label(result)}, {result.get('protocol', '')} "
                f"({result.get('split', '')}, step {result.get('step', '?')})", fontsize=9)
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=8)
@@ -132,7 +132,7 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
                 fontsize=8)
   ax.set_ylabel("needle depth", fontsize=8)
   passing = result.get("max_length_passing")
-  ax.set_title(f"{result['suite']}: {result.get('scheme', 'model')}, step {result.get('step', '?')}\n"
+  ax.set_title(f"{result['suite']}: {curve_label(result)}, step {result.get('step', '?')}\n"
                f"largest length with accuracy >= {result.get('threshold', '?')} (and all shorter): "
                f"{passing if passing is not None else 'none'}", fontsize=8)
   fig.colorbar(image, ax=ax, label="accuracy", fraction=0.04)

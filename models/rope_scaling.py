@@ -59,12 +59,19 @@ EXTENSIONS = {
     "string": RELATIVE_KINDS,
     "lm_infinite": RELATIVE_KINDS + ("none",),  # NoPE: the Lambda mask alone
 }
+def applied_factor(extension: str, factor: float) -> float:
+  """The eval.factor an extension actually uses: `factor` for the methods that read it (pi, ntk,
+  yarn: the scale s; self_extend: the group size G), else 1.0 (results record this value)."""
+  return float(factor) if extension in USES_FACTOR + ("self_extend",) else 1.0
+
+
 def extension_suffix(extension: str, factor: float) -> str:
   """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for
   the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"."""
   if extension == "none":
     return ""
-  return f"_{extension}" + (f"_x{factor:g}" if extension in USES_FACTOR + ("self_extend",) else "")
+  used = extension in USES_FACTOR + ("self_extend",)
+  return f"_{extension}" + (f"_x{applied_factor(extension, factor):g}" if used else "")
 
 
 # Position-id transforms (models/position_transforms.py) and the model.position field of

@@ -332,9 +332,10 @@ class ResultKey(NamedTuple):
 def make_key(suite: str, extension: str, factor: float, protocol: str | None,
              stride: int | None) -> ResultKey:
   """A ResultKey with the fields that do not apply to `suite` / `extension` cleared."""
+  from models.rope_scaling import applied_factor  # imports JAX (as eval_extensions does)
   ppl = suite in PPL_SUITES
   protocol = (protocol or "non_overlapping") if ppl else None
-  return ResultKey(suite, extension, 1.0 if extension == "none" else float(factor), protocol,
+  return ResultKey(suite, extension, applied_factor(extension, factor), protocol,
                    int(stride or 0) if protocol == "sliding" else None)
 
 

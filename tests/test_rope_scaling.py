@@ -358,3 +358,14 @@ def test_defaults_match_the_base_config():
   from configs import base
   position = base.get_config().model.position
   assert {name: position[name] for name in rope_scaling.DEFAULTS} == rope_scaling.DEFAULTS
+
+
+@pytest.mark.parametrize("extension,suffix,recorded", [
+    ("none", "", 1.0), ("pi", "_pi_x8", 8.0), ("yarn", "_yarn_x8", 8.0),
+    ("self_extend", "_self_extend_x8", 8.0), ("dynamic_ntk", "_dynamic_ntk", 1.0),
+    ("string", "_string", 1.0), ("lm_infinite", "_lm_infinite", 1.0),
+])
+def test_results_record_the_factor_the_extension_uses(extension, suffix, recorded):
+  """eval.factor=8 with STRING or dynamic NTK is not a factor of theirs: files and JSON say so."""
+  assert rope_scaling.extension_suffix(extension, 8.0) == suffix
+  assert rope_scaling.applied_factor(extension, 8.0) == recorded
