@@ -288,6 +288,10 @@ def restore_params(workdir: str, config, spec: ModelSpec, step: int | None = Non
 
 # ---------------------------------------------------------------------------- the run
 
+# Held-out passkey documents whose answer digits are scored at each evaluation of a passkey run
+# (data/passkey.py answer_windows): 32 x 5 digits, a few milliseconds of compute.
+PASSKEY_ANSWER_DOCUMENTS = 32
+
 
 def load_run_config(workdir: str):
   """The config a training run wrote to `<workdir>/config.json`, on top of today's defaults.
@@ -509,6 +513,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   if len(val_windows["inputs"]) == 0:
     raise ConfigError(f"no validation document is longer than data.train_len={config.data.train_len} "
                       "tokens; raise data.validation_fraction or shorten train_len")
+  answer_windows = None  # passkey training: is the lookup learned yet? (loss on the key's digits)
+  if not task and config.data.passkey.fraction > 0:
+    p = config.data.passkey
+    answer_windows = passkey.answer_windows(
+        tokenizer, train_len=config.data.train_len, preamble=p.preamble,
+        key_digits=p.key_digits, count=PASSKEY_ANSWER_DOCUMENTS, seed=config.eval.passkey.seed)
 
   # --- state: resume from the latest checkpoint, else initialise
   shardings = state_shardings(tx, spec, mesh)
@@ -551,6 +561,16 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                                             mesh=mesh)
     return total / count
 
+  def validation_record(step: int, params) -> dict:
+    val_loss = validation_loss(params)
+    record = {"step": step, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2)}
+    if answer_windows is not None:
+      total, count = perplexity.score_windows(nll_fn, params, answer_windows,
+                                              batch_size=eval_batch, mesh=mesh)
+      record["val_passkey_answer_nll"] = total / count
+    log(record)
+    return record
+
   flops_per_step = train_flops_per_token(config) * config.data.batch_size * config.data.train_len
   peak = (t.peak_flops_per_device or measure_peak_flops()) * len(devices)
   schedule_lr = make_lr_schedule(t)
@@ -578,7 +598,6 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   bar = tqdm(total=t.num_steps, initial=step, desc="train", disable=not is_chief,
              dynamic_ncols=True)
   interval_start, interval_steps = time.perf_counter(), 0
-  val_loss = None
   while step < last_step:
     batch = next(train_iter)
     batch = {k: jax.make_array_from_process_local_data(batch_sharding, v) for k, v in batch.items()}
@@ -603,10 +622,11 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
       bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
       interval_start, interval_steps = time.perf_counter(), 0
     if t.eval_every_steps and step % t.eval_every_steps == 0 and step < t.num_steps:
-      val_loss = validation_loss(state["params"])
-      log({"step": step, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2)})
-      bar.write(f"step {step}: validation loss {val_loss:.4f} "
-                f"{'nats/answer token' if task else 'nats/byte'}")
+      record = validation_record(step, state["params"])
+      bar.write(f"step {step}: validation loss {record['val_loss']:.4f} "
+                f"{'nats/answer token' if task else 'nats/byte'}"
+                + (f"; passkey answer digits {record['val_passkey_answer_nll']:.3f} nats "
+                   f"(chance {math.log(10):.3f})" if answer_windows is not None else ""))
       interval_start, interval_steps = time.perf_counter(), 0
     if step % t.checkpoint_every_steps == 0 or step == last_step:
       save(step)
@@ -619,8 +639,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     return {"step": step}
 
   # --- final validation and perplexity vs length (for a task: accuracy per instance size)
-  val_loss = validation_loss(state["params"])
-  log({"step": step, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2)})
+  final = validation_record(step, state["params"])
+  val_loss = final["val_loss"]
   if task:
     result = algorithmic.run_suite(config, workdir, spec, mesh, state["params"], step)
     close_outputs()
@@ -638,6 +658,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   close_outputs()
   print(f"final validation loss: {val_loss:.4f} nats/byte ({val_loss / math.log(2):.4f} bits/byte); "
         f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats")
+  if answer_windows is not None:
+    print(f"  passkey answer digits: {final['val_passkey_answer_nll']:.4f} nats per digit "
+          f"(chance {math.log(10):.4f}; near 0 once the key is copied from the needle)")
   for row in result["rows"]:
     if row["nll"] is not None:
       print(f"  ppl at {row['length']:>6} tokens ({row['multiplier']:g}x train_len): "
@@ -647,7 +670,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
           + ", ".join(f"{row['length']}: {row['accuracy']:.2f}" for row in r["rows"]
                       if row["accuracy"] is not None)
           + f"; largest length passing {r['threshold']}: {r['max_length_passing']}")
-  return {"step": step, "val_loss": val_loss, "ppl_vs_length": result, **retrieval}
+  extra = ({"val_passkey_answer_nll": final["val_passkey_answer_nll"]}
+           if answer_windows is not None else {})
+  return {"step": step, "val_loss": val_loss, "ppl_vs_length": result, **retrieval, **extra}
 
 
 def make_lr_schedule(train_config):

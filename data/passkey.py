@@ -476,6 +476,58 @@ def passkey_documents(text_docs: Sequence[Document], tokenizer: ByteTokenizer, *
   return docs
 
 
+def answer_windows(tokenizer: ByteTokenizer, *, train_len: int, preamble: bool, key_digits: int,
+                   count: int, seed: int) -> dict[str, np.ndarray]:
+  """Held-out passkey documents scored on the key's digits only: is the lookup learned yet?
+
+  `count` documents drawn like the training ones (`passkey_documents`: length uniform in
+  [min_document_len, train_len], depth uniform in [0, 1], a random key) from their own seed, one
+  per row, each row padded to train_len. Only the targets that are the answer's digits have
+  weight 1, so the weighted mean NLL is nats per answer digit: ln 10 = 2.303 while the model
+  only knows the answer's format, near 0 once it copies the key from the needle. train.py logs it
+  as `val_passkey_answer_nll` at each evaluation of a run with data.passkey.fraction > 0.
+
+  Args:
+    tokenizer: the byte tokenizer.
+    train_len: row length, tokens.
+    preamble, key_digits: the passkey prompt format (see PasskeyPrompts).
+    count: documents (rows), >= 1.
+    seed: seed of the lengths, depths and keys.
+
+  Returns:
+    dict of [count, train_len] arrays: int32 inputs, targets, positions, segment_ids (1 on the
+    document, 0 on padding) and float32 weights (1 on the `key_digits` answer targets).
+
+  Raises:
+    ValueError: count < 1, or a document that cannot fit train_len (as passkey_documents).
+  """
+  if count < 1:
+    raise ValueError(f"count must be >= 1; got {count}")
+  prompts = PasskeyPrompts(tokenizer, preamble=preamble, key_digits=key_digits)
+  answer_len = len(_ids(tokenizer, answer_suffix("9" * key_digits)))
+  n_min = prompts.min_length + answer_len
+  if n_min > train_len:
+    raise ValueError(f"a passkey document needs at least {n_min} tokens (preamble={preamble}, "
+                     f"key_digits={key_digits}); train_len is {train_len}")
+  rng = np.random.default_rng([int(seed), 11])
+  out = {k: np.zeros((count, train_len), np.int32)
+         for k in ("inputs", "targets", "positions", "segment_ids")}
+  out["inputs"][:], out["targets"][:] = tokenizer.pad_id, tokenizer.pad_id
+  out["weights"] = np.zeros((count, train_len), np.float32)
+  for row in range(count):
+    n = int(rng.integers(n_min, train_len + 1))
+    key = random_digits(rng, key_digits)
+    prompt = prompts.build(n - answer_len, float(rng.random()), key)
+    tokens = np.concatenate([prompt.tokens, _ids(tokenizer, answer_suffix(key))])
+    m = len(tokens) - 1  # inputs tokens[:-1], targets tokens[1:]
+    out["inputs"][row, :m], out["targets"][row, :m] = tokens[:-1], tokens[1:]
+    out["positions"][row, :m] = np.arange(m)
+    out["segment_ids"][row, :m] = 1
+    # the answer " 71432.": its digits are tokens prompt.length + 1 .. + key_digits
+    out["weights"][row, prompt.length:prompt.length + key_digits] = 1.0
+  return out
+
+
 def training_documents(train_docs: Sequence[Document], data_config,
                        tokenizer: ByteTokenizer) -> list[Document]:
   """The training split's documents followed by the passkey documents of `data_config.passkey`.

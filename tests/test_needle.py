@@ -195,6 +195,26 @@ def test_training_documents_fill_whole_windows(text_corpus):
   assert w["positions"][0] == 0 and w["inputs"][0] == TOK.bos_id
 
 
+def test_answer_windows_weigh_exactly_the_key_digits_of_the_answer():
+  w = passkey.answer_windows(TOK, train_len=256, preamble=False, key_digits=5, count=6, seed=3)
+  assert all(v.shape == (6, 256) for v in w.values())
+  assert w["weights"].sum() == 6 * 5
+  for row in range(6):
+    m = int(w["segment_ids"][row].sum())
+    assert 106 <= m + 1 <= 256 and (w["positions"][row, :m] == np.arange(m)).all()
+    assert (w["inputs"][row, 1:m] == w["targets"][row, :m - 1]).all()  # shifted by one
+    assert (w["targets"][row, m:] == TOK.pad_id).all() and w["inputs"][row, 0] == TOK.bos_id
+    text = TOK.decode_bytes(w["inputs"][row, 1:m]) + TOK.decode_bytes(w["targets"][row, m - 1:m])
+    key = re.fullmatch(rb"(?s).*The pass key is (\d{5})\. Remember it\..*"
+                       rb"\nWhat is the pass key\? The pass key is \1\.", text).group(1)
+    scored = w["targets"][row][w["weights"][row] > 0]
+    assert TOK.decode_bytes(scored) == key  # the answer's digits, and only those
+  again = passkey.answer_windows(TOK, train_len=256, preamble=False, key_digits=5, count=6, seed=3)
+  assert all((again[k] == w[k]).all() for k in w)
+  with pytest.raises(ValueError, match="train_len is 64"):
+    passkey.answer_windows(TOK, train_len=64, preamble=False, key_digits=5, count=1, seed=0)
+
+
 # ---------------------------------------------------------------------------- the grid
 
 

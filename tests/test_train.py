@@ -12,6 +12,9 @@ import pytest
 import train
 from conftest import tiny_config
 from configs.validate import ConfigError
+from data import passkey
+from data.tokenizers import get_tokenizer
+from eval import perplexity
 from eval import run as eval_run
 from models import positions
 
@@ -279,3 +282,28 @@ def test_training_ends_with_the_configured_retrieval_suites(text_corpus, tmp_pat
   with pytest.raises(ConfigError, match="eval.length_multipliers"):
     train.train_and_evaluate(c, str(tmp_path / "short"), devices=jax.devices()[:1])
   assert not os.path.exists(tmp_path / "short/checkpoints")
+
+
+def test_passkey_runs_log_the_loss_of_the_answer_digits(text_corpus, tmp_path):
+  """val_passkey_answer_nll: the weighted NLL of data.passkey.answer_windows, at every evaluation."""
+  c = tiny_config(text_corpus)
+  c.data.train_len = 128
+  c.data.passkey.preamble = False
+  c.data.passkey.fraction = 0.5
+  c.train.num_steps, c.train.eval_every_steps = 2, 1
+  c.eval.length_multipliers = (1.0,)
+  out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  records = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+  answer = {r["step"]: r["val_passkey_answer_nll"] for r in records if "val_loss" in r}
+  assert sorted(answer) == [1, 2] and out["val_passkey_answer_nll"] == answer[2]
+  mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
+  spec = train.model_spec(c, mesh)
+  params, _ = train.restore_params(str(tmp_path), c, spec)
+  windows = passkey.answer_windows(get_tokenizer("byte"), train_len=128, preamble=False,
+                                   key_digits=5, count=train.PASSKEY_ANSWER_DOCUMENTS,
+                                   seed=c.eval.passkey.seed)
+  total, count = perplexity.score_windows(perplexity.make_nll_fn(spec.graphdef, mesh), params,
+                                          windows, batch_size=8, mesh=mesh)
+  assert count == 5 * train.PASSKEY_ANSWER_DOCUMENTS
+  assert answer[2] == pytest.approx(total / count, rel=1e-6)
+  assert 1.0 < answer[2] < 8.0  # an untrained model: near ln(259 ids), not yet ln(10)
