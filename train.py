@@ -398,6 +398,8 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
       "scheme": config.model.position.kind, "step": int(step), "config_hash": config_hash(config),
       "extension": config.eval.extension,
       "extension_factor": rope_scaling.applied_factor(config.eval.extension, config.eval.factor),
+      "extension_window": rope_scaling.applied_window(config.eval.extension,
+                                                      config.eval.get("window", -1)),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "max_tokens_per_length": e.max_tokens_per_length,
       "tokens_scored": sum(r["tokens"] for r in rows), "unit": "nats per byte token"}
@@ -456,6 +458,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   if task and asked != ["algorithmic"]:
     notes.append(f"eval.suites={config.eval.suites!r}: a task run (data.task.name={task!r}) "
                  "evaluates the algorithmic suite only")
+  for extension in eval_extensions(config):  # must fit the scheme: eval.run reads config.json
+    rope_scaling.apply_extension(config, extension, config.eval.factor,
+                                 config.eval.get("window", -1))
   if eval_extensions(config) != ["none"]:
     notes.append(f"eval.extension={config.eval.extension!r}: train.py evaluates the model as "
                  "trained; run eval-time extensions with python -m eval.run --workdir=... "
@@ -772,12 +777,20 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   quiet_library_logs()
-  if FLAGS.config is None:
+  try:
+    config = FLAGS.config
+    if config is not None:
+      config.to_dict()  # config_flags defers a file that failed to load to the first access
+  except OSError as e:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    print(f"error: --config could not be loaded: {lines[-1] if lines else e}", file=sys.stderr)
+    sys.exit(2)
+  if config is None:
     raise app.UsageError("--config is required, e.g. --config=configs/alibi_tiny.py")
   try:
     initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes,
                            FLAGS.process_id)  # before any device is used
-    train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    train_and_evaluate(config, FLAGS.workdir)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

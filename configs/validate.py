@@ -139,8 +139,10 @@ def validate(config, num_devices: int) -> None:
     raise ConfigError("eval.split='validation' needs data.validation_fraction > 0")
   if config.eval.split == "test" and config.data.test_fraction <= 0:
     raise ConfigError("eval.split='test' needs data.test_fraction > 0")
-  if not config.eval.length_multipliers or any(x <= 0 for x in config.eval.length_multipliers):
-    raise ConfigError(f"eval.length_multipliers must be a non-empty list of numbers > 0; "
+  if not config.eval.length_multipliers or not all(
+      isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+      for x in config.eval.length_multipliers):
+    raise ConfigError(f"eval.length_multipliers must be a non-empty list of finite numbers > 0; "
                       f"got {config.eval.length_multipliers}")
   e = config.eval  # .get: configs written before these fields existed (eval.run) still load
   _choice(e.get("protocol", "non_overlapping"), "eval.protocol", EVAL_PROTOCOLS)
@@ -376,3 +378,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     return flags.FLAGS(argv)
   except (flags.Error, *OVERRIDE_ERRORS) as e:
     exit_bad_override(e, argv)
+  except (SyntaxError, ImportError, NameError) as e:  # executing the --config file failed
+    import sys  # noqa: PLC0415
+    where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
+    print(f"error: the --config file does not run: {type(e).__name__}: "
+          f"{e.msg if isinstance(e, SyntaxError) else e}{where}", file=sys.stderr)
+    sys.exit(2)

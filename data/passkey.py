@@ -400,6 +400,31 @@ def min_document_len(tokenizer: ByteTokenizer, *, preamble: bool, key_digits: in
   return prompts.min_length + len(_ids(tokenizer, answer_suffix("9" * key_digits)))
 
 
+def _document_format(tokenizer: ByteTokenizer, train_len: int, preamble: bool,
+                     key_digits: int) -> tuple[PasskeyPrompts, int, int]:
+  """(prompts, answer tokens, shortest document in tokens) of passkey documents in train_len.
+
+  Raises:
+    ValueError: a document longer than train_len even without filler.
+  """
+  prompts = PasskeyPrompts(tokenizer, preamble=preamble, key_digits=key_digits)
+  answer_len = len(_ids(tokenizer, answer_suffix("9" * key_digits)))
+  n_min = prompts.min_length + answer_len
+  if n_min > train_len:
+    raise ValueError(f"a passkey training document needs at least {n_min} tokens "
+                     f"(preamble={preamble}, key_digits={key_digits}); train_len is {train_len}")
+  return prompts, answer_len, n_min
+
+
+def _draw_document(prompts: PasskeyPrompts, rng: np.random.Generator, n_min: int, n_max: int,
+                   answer_len: int) -> tuple[RetrievalPrompt, str]:
+  """One document's prompt and key: length uniform in [n_min, n_max] tokens (answer included),
+  then the key, then the depth uniform in [0, 1] (this draw order keeps documents reproducible)."""
+  n = int(rng.integers(n_min, n_max + 1))
+  key = random_digits(rng, prompts.key_digits)
+  return prompts.build(n - answer_len, float(rng.random()), key), key
+
+
 def passkey_documents(text_docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_len: int,
                       fraction: float, seed: int, preamble: bool,
                       key_digits: int) -> list[Document]:
@@ -440,12 +465,7 @@ def passkey_documents(text_docs: Sequence[Document], tokenizer: ByteTokenizer, *
   sources = [d.data for d in text_docs if d.data]
   if not sources:
     raise ValueError("passkey training documents need at least one non-empty text document")
-  prompts = PasskeyPrompts(tokenizer, preamble=preamble, key_digits=key_digits)
-  answer_len = len(_ids(tokenizer, answer_suffix("9" * key_digits)))
-  n_min = prompts.min_length + answer_len
-  if n_min > train_len:
-    raise ValueError(f"a passkey training document needs at least {n_min} tokens "
-                     f"(preamble={preamble}, key_digits={key_digits}); train_len is {train_len}")
+  prompts, answer_len, n_min = _document_format(tokenizer, train_len, preamble, key_digits)
   text_tokens = sum(len(tokenizer.encode(d.data)) + 1 for d in text_docs)
   gap = -text_tokens % train_len
   blocks = round(fraction / (1.0 - fraction) * (text_tokens + gap) / train_len)
@@ -460,11 +480,9 @@ def passkey_documents(text_docs: Sequence[Document], tokenizer: ByteTokenizer, *
   for size in ([gap] if gap else []) + [train_len] * blocks:
     left = size
     while left >= n_min:
-      n = int(rng.integers(n_min, left + 1))
-      key = random_digits(rng, key_digits)
-      prompt = prompts.build(n - answer_len, float(rng.random()), key)
+      prompt, key = _draw_document(prompts, rng, n_min, left, answer_len)
       add("passkey", tokenizer.decode_bytes(prompt.tokens[1:]) + answer_suffix(key).encode())
-      left -= n
+      left -= prompt.length + answer_len
     if left:  # a snippet of left - 1 bytes (+ BOS), read cyclically from a random offset
       source = np.frombuffer(sources[int(rng.integers(len(sources)))], np.uint8)
       idx = (int(rng.integers(len(source))) + np.arange(left - 1)) % len(source)
@@ -503,21 +521,14 @@ def answer_windows(tokenizer: ByteTokenizer, *, train_len: int, preamble: bool, 
   """
   if count < 1:
     raise ValueError(f"count must be >= 1; got {count}")
-  prompts = PasskeyPrompts(tokenizer, preamble=preamble, key_digits=key_digits)
-  answer_len = len(_ids(tokenizer, answer_suffix("9" * key_digits)))
-  n_min = prompts.min_length + answer_len
-  if n_min > train_len:
-    raise ValueError(f"a passkey document needs at least {n_min} tokens (preamble={preamble}, "
-                     f"key_digits={key_digits}); train_len is {train_len}")
+  prompts, answer_len, n_min = _document_format(tokenizer, train_len, preamble, key_digits)
   rng = np.random.default_rng([int(seed), 11])
   out = {k: np.zeros((count, train_len), np.int32)
          for k in ("inputs", "targets", "positions", "segment_ids")}
   out["inputs"][:], out["targets"][:] = tokenizer.pad_id, tokenizer.pad_id
   out["weights"] = np.zeros((count, train_len), np.float32)
   for row in range(count):
-    n = int(rng.integers(n_min, train_len + 1))
-    key = random_digits(rng, key_digits)
-    prompt = prompts.build(n - answer_len, float(rng.random()), key)
+    prompt, key = _draw_document(prompts, rng, n_min, train_len, answer_len)
     tokens = np.concatenate([prompt.tokens, _ids(tokenizer, answer_suffix(key))])
     m = len(tokens) - 1  # inputs tokens[:-1], targets tokens[1:]
     out["inputs"][row, :m], out["targets"][row, :m] = tokens[:-1], tokens[1:]

@@ -299,6 +299,9 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str =
       "extension": config.eval.extension if suffix else "none",
       "extension_factor": (rope_scaling.applied_factor(config.eval.extension, config.eval.factor)
                            if suffix else 1.0),
+      "extension_window": (rope_scaling.applied_window(config.eval.extension,
+                                                       config.eval.get("window", -1))
+                           if suffix else -1),
       "config_hash": config_hash(config), "size_unit": task.size_unit,
       "format": (f"BOS prompt answer EOS, bytes; e.g. size 3: {example.prompt.decode()!r} -> "
                  f"{example.answer.decode()!r}; answer targets are the answer bytes and EOS"),

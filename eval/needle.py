@@ -30,7 +30,7 @@ Protocol (both suites; prompts from data/passkey.py):
 
 Results: `<workdir>/eval/passkey.json` / `needle.json` and the heatmaps `passkey.png` /
 `needle.png` (length x depth), written atomically; with an eval-time extension
-(eval.extension) the names get the suffix `_<extension>_x<factor>`, as ppl_vs_length's do.
+(eval.extension) the names get its suffix (`rope_scaling.extension_suffix`), as ppl_vs_length's do.
 
 Sources: passkey prompt of Mohtashami & Jaggi (Landmark Attention, arXiv 2305.16300, Appendix),
 as used by PI (arXiv 2306.15595, Figure 3); needle: RULER single needle (Hsieh et al., arXiv
@@ -396,15 +396,17 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
 
   result = evaluate_grid(suite, config, builder, tokenizer, generate_for_length, skip=skip,
                          parallelism=batch_parallelism(mesh))
-  from models.rope_scaling import applied_factor, extension_suffix  # prompts need no model code
+  from models.rope_scaling import (  # here: prompts and scoring need no model code
+      applied_factor, applied_window, extension_suffix)
   extension = config.eval.get("extension", "none")
   factor = applied_factor(extension, config.eval.get("factor", 1.0))
+  window = applied_window(extension, config.eval.get("window", -1))
   if suffix is None:
-    suffix = extension_suffix(extension, factor)
+    suffix = extension_suffix(extension, factor, window)
   result.update({
       "scheme": config.model.position.kind, "step": int(step),
       "config_hash": config_hash(config),
-      "extension": extension, "extension_factor": factor,
+      "extension": extension, "extension_factor": factor, "extension_window": window,
       "prompt": _prompt_format(suite, config, builder)})
   if suite == "needle":
     held_out = docs.get(config.eval.split, ()) if isinstance(docs, Mapping) else docs

@@ -6,7 +6,7 @@ runs the suites of `eval.suites` for each eval-time extension of `eval.extension
   python -m eval.run --workdir=<run> --config.eval.suites=ppl_vs_length,loss_by_position,passkey \
       --config.eval.extension=none,yarn,ntk --config.eval.factor=4
 
-writing `<workdir>/eval/<suite>[_<extension>_x<factor>].{json,png}`; ppl_vs_length.png gets one
+writing `<workdir>/eval/<suite><rope_scaling.extension_suffix>.{json,png}`; ppl_vs_length.png gets one
 curve per extension. Lengths default to the run's `eval.length_multipliers`;
 `--length_multipliers=0.5,1,2,16` overrides them. Any eval.* field of the run's config can be
 overridden, e.g. `--config.eval.protocol=sliding --config.eval.stride=64` (the model's fields
@@ -42,7 +42,12 @@ def define_flags(argv: list[str]) -> None:
   `--config` defaults to the config of the run named by `--workdir` in `argv`, so that
   `--config.<field>=...` overrides any of its fields.
   """
-  workdir = next((a.split("=", 1)[1] for a in argv if a.startswith("--workdir=")), None)
+  workdir = None  # --workdir=DIR or --workdir DIR, as absl accepts both
+  for i, a in enumerate(argv):
+    if a.startswith("--workdir="):
+      workdir = a.split("=", 1)[1]
+    elif a == "--workdir" and i + 1 < len(argv):
+      workdir = argv[i + 1]
   try:
     run_config = train.load_run_config(workdir) if workdir else base.get_config()
   except ConfigError:
@@ -77,16 +82,22 @@ def _same_step_curves(out_dir: str, like: dict) -> list[dict]:
                                        r.get("extension", ""), r.get("extension_factor", 1)))
 
 
-def _previous_extras(path: str, step: int) -> dict:
-  """Training-time fields of an existing ppl_vs_length.json at the same step (kept on rewrite)."""
+def _training_extras(workdir: str, step: int) -> dict:
+  """`final_validation_loss`: the validation loss train.py logged at `step` in metrics.jsonl
+  (nats per token), so ppl_vs_length.json carries it whoever writes the file; {} if none."""
+  found = {}
   try:
-    with open(path) as f:
-      old = json.load(f)
-  except (OSError, ValueError):
-    return {}
-  if old.get("step") != step:
-    return {}
-  return {k: old[k] for k in ("final_validation_loss",) if k in old}
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      for line in f:
+        try:
+          record = json.loads(line)
+        except ValueError:
+          continue  # a line cut by a kill
+        if record.get("step") == step and "val_loss" in record:
+          found = {"final_validation_loss": record["val_loss"]}
+  except OSError:
+    pass
+  return found
 
 
 def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
@@ -161,7 +172,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
       perplexity.check_lengths(eval_lengths(ext_config),
                                spec.max_position if length_multipliers is not None else None,
                                ext_config.model.position.kind, spec.max_position_hint)
-    suffix = rope_scaling.extension_suffix(extension, config.eval.factor)
+    suffix = rope_scaling.extension_suffix(extension, config.eval.factor,
+                                           config.eval.get("window", -1))
     runs.append((ext_config, spec, suffix))
   docs = {} if task else train.load_splits(config)
   tokenizer = get_tokenizer(config.data.tokenizer)
@@ -176,7 +188,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     if {"ppl_vs_length", "loss_by_position"} & set(suites):
       name = f"ppl_vs_length{suffix}" + perplexity.protocol_suffix(ext_config.eval.protocol,
                                                                    ext_config.eval.stride)
-      extra = _previous_extras(os.path.join(out_dir, f"{name}.json"), step)
+      extra = _training_extras(workdir, step)
       results[name] = train.evaluate_ppl(*args, docs, tokenizer, extra=extra, suffix=suffix)
     if "passkey" in suites:
       results[f"passkey{suffix}"] = needle.run_passkey(*args, docs, tokenizer, suffix)

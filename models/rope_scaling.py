@@ -65,13 +65,23 @@ def applied_factor(extension: str, factor: float) -> float:
   return float(factor) if extension in USES_FACTOR + ("self_extend",) else 1.0
 
 
-def extension_suffix(extension: str, factor: float) -> str:
+def applied_window(extension: str, window: int) -> int:
+  """The eval.window an extension actually uses: `window` for the position-id transforms
+  (self_extend, string, lm_infinite) when set, else -1 (the default / not used)."""
+  return int(window) if extension in TRANSFORM_WINDOWS and window != -1 else -1
+
+
+def extension_suffix(extension: str, factor: float, window: int = -1) -> str:
   """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for
-  the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"."""
+  the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"; then "_w<W>"
+  when a position-id transform runs with a window other than its default (eval.window), so
+  results of different windows do not overwrite each other."""
   if extension == "none":
     return ""
   used = extension in USES_FACTOR + ("self_extend",)
-  return f"_{extension}" + (f"_x{applied_factor(extension, factor):g}" if used else "")
+  w = applied_window(extension, window)
+  return (f"_{extension}" + (f"_x{applied_factor(extension, factor):g}" if used else "")
+          + (f"_w{w}" if w != -1 else ""))
 
 
 # Position-id transforms (models/position_transforms.py) and the model.position field of
@@ -383,7 +393,9 @@ def scaled_rope(cfg, rot_dim: int, rope_theta: float, train_len: int) -> ScaledR
 
 
 def _is_number(x) -> bool:
-  return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+  """A finite int or float (not a bool): inf and nan are refused as factors and parameters."""
+  return (isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+          and math.isfinite(float(x)))
 
 
 def check_config(cfg, rot_dim: int) -> None:
@@ -521,7 +533,7 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
       raise ConfigError(f"eval.extension={extension!r} cannot be applied to a run trained with "
                         f"model.position.rope_scaling={trained!r} (the scalings do not stack)")
     if extension in USES_FACTOR and not (_is_number(factor) and factor >= 1):
-      raise ConfigError(f"eval.extension={extension!r} needs a factor s >= 1 "
+      raise ConfigError(f"eval.extension={extension!r} needs a finite factor s >= 1 "
                         f"(eval length / train length); got {factor!r}")
     pos.rope_scaling = extension
     if extension in USES_FACTOR:

@@ -65,6 +65,8 @@ def test_mesh_resolution():
     ("data.batch_size", 12, "data.batch_size"),
     ("data.source", "c4", "data.source"),
     ("eval.length_multipliers", (), "eval.length_multipliers"),
+    ("eval.length_multipliers", (1.0, float("nan")), "list of finite numbers > 0; got \\(1.0, nan\\)"),
+    ("eval.length_multipliers", (float("inf"),), "list of finite numbers > 0; got \\(inf,\\)"),
     ("eval.split", "train", "eval.split"),
     ("model.vocab_size", 100, "model.vocab_size"),
     ("train.final_lr_ratio", -3.0, "train.final_lr_ratio"),

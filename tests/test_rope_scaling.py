@@ -297,8 +297,10 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
     ("rope", "alibi_interpolation", 4.0, r"eval\.extension='alibi_interpolation' applies to "
                                          r"model\.position\.kind in \['alibi'\] only"),
     ("xpos", "pi", 4.0, r"eval\.extension='pi' applies to model\.position\.kind in \['rope'\] only"),
-    ("rope", "pi", 0.5, r"eval\.extension='pi' needs a factor s >= 1"),
-    ("rope", "yarn", None, r"eval\.extension='yarn' needs a factor s >= 1"),
+    ("rope", "pi", 0.5, r"eval\.extension='pi' needs a finite factor s >= 1"),
+    ("rope", "yarn", None, r"eval\.extension='yarn' needs a finite factor s >= 1"),
+    ("rope", "ntk", float("inf"), r"eval\.extension='ntk' needs a finite factor s >= 1 .*; got inf"),
+    ("rope", "self_extend", float("nan"), r"G from eval\.factor, which must be an integer >= 1"),
 ])
 def test_apply_extension_errors(kind, extension, factor, match):
   with pytest.raises(ConfigError, match=match) as e:
@@ -358,6 +360,13 @@ def test_defaults_match_the_base_config():
   from configs import base
   position = base.get_config().model.position
   assert {name: position[name] for name in rope_scaling.DEFAULTS} == rope_scaling.DEFAULTS
+
+
+def test_a_window_other_than_the_default_names_its_files():
+  assert rope_scaling.extension_suffix("self_extend", 8.0, 100) == "_self_extend_x8_w100"
+  assert rope_scaling.extension_suffix("string", 8.0, 32) == "_string_w32"
+  assert rope_scaling.extension_suffix("yarn", 4.0, 32) == "_yarn_x4"  # yarn has no window
+  assert rope_scaling.applied_window("lm_infinite", -1) == -1
 
 
 @pytest.mark.parametrize("extension,suffix,recorded", [

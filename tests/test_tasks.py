@@ -184,12 +184,10 @@ def test_training_on_a_task_writes_algorithmic_json(tmp_path, capsys):
   c = tiny_task_config("copy", "learned")
   c.train.num_steps = 4
   c.train.eval_every_steps = 2
-  c.eval.extension = "yarn"
   out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
-  printed = capsys.readouterr().out
   # Fields train.py does not apply are named, not silently dropped.
+  printed = capsys.readouterr().out
   assert "warning: not applied: eval.suites='ppl_vs_length,loss_by_position': a task run" in printed
-  assert "warning: not applied: eval.extension='yarn'" in printed
   result = json.load(open(tmp_path / "eval" / "algorithmic.json"))
   assert os.path.getsize(tmp_path / "eval" / "algorithmic.png") > 0
   assert not os.path.exists(tmp_path / "eval" / "ppl_vs_length.json")

@@ -61,6 +61,10 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   assert again["rows"][1]["length"] == 128
   kept = json.load(open(tmp_path / "eval/ppl_vs_length.json"))
   assert kept["final_validation_loss"] == pytest.approx(out["val_loss"])  # kept on rewrite
+  os.remove(tmp_path / "eval/ppl_vs_length.json")  # read from metrics.jsonl, not the old file
+  eval_run.evaluate(str(tmp_path), length_multipliers=["1", "4"])
+  kept = json.load(open(tmp_path / "eval/ppl_vs_length.json"))
+  assert kept["final_validation_loss"] == pytest.approx(out["val_loss"])
 
   # Eval-time extensions (YaRN and Self-Extend, factor 2) write their own files beside the plain
   # ones, for every suite asked for, and ppl_vs_length.png gets one curve each.
@@ -188,6 +192,22 @@ def test_eval_cli_misspelt_field_fails_in_one_line(tmp_path):
                                  '"extension" instead of "extensoin"?')
 
 
+@pytest.mark.parametrize("text,message", [
+    (None, "error: --config could not be loaded: [Errno 2] No such file or directory"),
+    ("def get_config(:\n", "error: the --config file does not run: SyntaxError: invalid syntax"),
+])
+def test_cli_config_file_that_cannot_load_fails_in_one_line(text, message, tmp_path):
+  path = tmp_path / "my_config.py"
+  if text is not None:
+    path.write_text(text)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), f"--config={path}",
+                         f"--workdir={tmp_path / 'w'}"], capture_output=True, text=True,
+                        cwd=tmp_path, env=env, timeout=120)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert proc.stderr.strip().startswith(message), proc.stderr
+
+
 def test_cli_workdir_that_is_a_file(tmp_path):
   target = tmp_path / "file"
   target.write_text("keep me")
@@ -284,7 +304,7 @@ def test_training_ends_with_the_configured_retrieval_suites(text_corpus, tmp_pat
   assert not os.path.exists(tmp_path / "short/checkpoints")
 
 
-def test_passkey_runs_log_the_loss_of_the_answer_digits(text_corpus, tmp_path):
+def test_passkey_runs_log_the_loss_of_the_answer_digits(text_corpus, tmp_path, capsys):
   """val_passkey_answer_nll: the weighted NLL of data.passkey.answer_windows, at every evaluation."""
   c = tiny_config(text_corpus)
   c.data.train_len = 128
@@ -292,7 +312,12 @@ def test_passkey_runs_log_the_loss_of_the_answer_digits(text_corpus, tmp_path):
   c.data.passkey.fraction = 0.5
   c.train.num_steps, c.train.eval_every_steps = 2, 1
   c.eval.length_multipliers = (1.0,)
+  c.eval.extension = "yarn"
+  with pytest.raises(ConfigError, match="eval.extension='yarn' applies to"):  # alibi: refused
+    train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  c.eval.extension = "none,self_extend"  # fits: kept in config.json for eval.run, not applied
   out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
+  assert "warning: not applied: eval.extension='none,self_extend'" in capsys.readouterr().out
   records = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
   answer = {r["step"]: r["val_passkey_answer_nll"] for r in records if "val_loss" in r}
   assert sorted(answer) == [1, 2] and out["val_passkey_answer_nll"] == answer[2]
