@@ -7,7 +7,8 @@ Usage (from the repository root):
 
 Implementations (`--impls`):
   kernel  models/kernels/flash.py `flash_attention`: RoPE and the bias computed inside the
-          tiles (Pallas: Triton on GPU, Mosaic on TPU; on CPU only with --interpret, slow).
+          tiles (Pallas: Triton on GPU, Mosaic on TPU; on CPU always the Pallas interpreter, slow;
+          --interpret forces the interpreter on an accelerator too).
   xla     RoPE applied by XLA (models/positions/rope.py `apply_rope`), the bias materialized as
           [batch, heads, L, L] float32 (models/kernels/reference.py `reference_bias`), then
           `jax.nn.dot_product_attention(implementation="xla")` with a causal document mask.
@@ -67,7 +68,8 @@ flags.DEFINE_enum("dtype", "bfloat16" if _ON_ACCELERATOR else "float32",
 flags.DEFINE_enum("bias", "alibi", ["none", "alibi", "kerple_log", "kerple_power", "t5"],
                   "positional bias family (with RoPE on all features unless --norope)")
 flags.DEFINE_bool("rope", True, "rotate q and k (RoPE, theta 10000, all features)")
-flags.DEFINE_bool("interpret", False, "run the kernel in the Pallas interpreter (CPU)")
+flags.DEFINE_bool("interpret", False, "run the kernel in the Pallas interpreter even on a "
+                  "GPU/TPU (on CPU it always is)")
 flags.DEFINE_list("blocks", [], "kernel tiles block_q,block_k,block_q_bwd,block_k_bwd "
                   "(empty: the backend's defaults)")
 flags.DEFINE_integer("iters", 5, "timed calls per measurement (median reported)")
@@ -185,9 +187,51 @@ def fmt(cell: dict | None, key: str, spec: str) -> str:
   return "-" if cell is None else format(cell[key], spec)
 
 
+IMPLS = ("kernel", "xla", "cudnn")
+
+
+def check_flags() -> tuple[list[int], list[int]]:
+  """The sequence lengths and head dims, after checking every flag (before anything compiles).
+
+  Raises:
+    ValueError: naming the flag and its allowed values: an unknown implementation, a size that
+      is not a positive integer, or --blocks that is not four powers of two >= 8.
+  """
+  unknown = [i for i in FLAGS.impls if i not in IMPLS]
+  if unknown or not FLAGS.impls:
+    raise ValueError(f"--impls takes a non-empty list from {list(IMPLS)}; got {FLAGS.impls}")
+
+  def positive_ints(name: str, values) -> list[int]:
+    try:
+      out = [int(v) for v in values]
+    except ValueError:
+      out = []
+    if not out or min(out) < 1:
+      raise ValueError(f"--{name} takes positive integers; got {list(values)}")
+    return out
+
+  seq_lens = positive_ints("seq_lens", FLAGS.seq_lens)
+  head_dims = positive_ints("head_dims", FLAGS.head_dims)
+  for name in ("batch", "num_heads", "iters", "matmul_size"):
+    positive_ints(name, [FLAGS[name].value])
+  if FLAGS.warmup < 0:
+    raise ValueError(f"--warmup takes an integer >= 0; got {FLAGS.warmup}")
+  if FLAGS.blocks:
+    blocks = positive_ints("blocks", FLAGS.blocks)
+    if len(blocks) != 4 or any(b < 8 or b & (b - 1) for b in blocks):
+      raise ValueError("--blocks takes four powers of two >= 8 (block_q,block_k,block_q_bwd,"
+                       f"block_k_bwd), or nothing for the backend's defaults; got {FLAGS.blocks}")
+  return seq_lens, head_dims
+
+
 def main(argv):
   """Prints the matmul rate, the conventions and the markdown table (see the module docstring)."""
   del argv
+  try:
+    seq_lens, head_dims = check_flags()
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   dtype = jnp.dtype(FLAGS.dtype)
   device = jax.devices()[0]
   print(f"# attention benchmark: {device.platform} ({device.device_kind}), jax {jax.__version__}, "
@@ -204,14 +248,14 @@ def main(argv):
   print("|---|---|---|---|---|---|---|---|---|---|")
   errors = []
   for impl in FLAGS.impls:
-    for head_dim in map(int, FLAGS.head_dims):
-      for length in map(int, FLAGS.seq_lens):
+    for head_dim in head_dims:
+      for length in seq_lens:
         r = run_one(impl, head_dim, length, dtype)
         f, fb = r.get("fwd"), r.get("fwd_bwd")
         pct = "-" if f is None else f"{100 * f['tflops'] * 1e12 / peak:.1f}"
         print(f"| {impl} | {head_dim} | {length} | {fmt(f, 'ms', '.2f')} "
-              f"| {fmt(f, 'tflops', '.4f')} | {pct} | {fmt(f, 'mem_mb', '.1f')} "
-              f"| {fmt(fb, 'ms', '.2f')} | {fmt(fb, 'tflops', '.4f')} "
+              f"| {fmt(f, 'tflops', '.3g')} | {pct} | {fmt(f, 'mem_mb', '.1f')} "
+              f"| {fmt(fb, 'ms', '.2f')} | {fmt(fb, 'tflops', '.3g')} "
               f"| {fmt(fb, 'mem_mb', '.1f')} |", flush=True)
         errors += [f"{impl} D={head_dim} L={length} {k[:-6]}: {v}" for k, v in r.items()
                    if k.endswith("_error")]

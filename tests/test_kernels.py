@@ -251,3 +251,36 @@ def test_training_with_the_kernel_matches_xla(text_corpus, tmp_path):
       losses[impl] = [r["loss"] for r in map(json.loads, f) if "loss" in r]
   assert len(losses["pallas"]) == 3
   np.testing.assert_allclose(losses["pallas"], losses["xla"], rtol=0, atol=1e-4)
+
+
+def _bench(*args):
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  return subprocess.run([sys.executable, os.path.join(root, "bench", "attention.py"), *args],
+                        capture_output=True, text=True, cwd=root, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--impls=foo", "--impls takes a non-empty list from ['kernel', 'xla', 'cudnn']"),
+    ("--seq_lens=0", "--seq_lens takes positive integers"),
+    ("--head_dims=abc", "--head_dims takes positive integers"),
+    ("--blocks=64", "--blocks takes four powers of two >= 8"),
+    ("--iters=0", "--iters takes positive integers"),
+])
+def test_bench_refuses_bad_flags_in_one_line(flag, message):
+  proc = _bench(flag)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert proc.stderr.strip().startswith(f"error: {message}"), proc.stderr
+  assert "|" not in proc.stdout  # nothing was measured
+
+
+def test_bench_prints_its_table_on_cpu():
+  proc = _bench("--seq_lens=64", "--head_dims=16", "--num_heads=2", "--matmul_size=64",
+                "--iters=1", "--warmup=0")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  rows = [l for l in proc.stdout.splitlines() if l.startswith("| xla |")]
+  assert len(rows) == 1
+  cells = [c.strip() for c in rows[0].strip("|").split("|")]
+  assert cells[:3] == ["xla", "16", "64"] and float(cells[3]) > 0 and float(cells[7]) > 0

@@ -141,8 +141,9 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.A
     spec: the positional part (models/kernels/spec.py).
     backend: "gpu" | "tpu" | None (from `jax.default_backend()`, see `resolve_backend`).
     interpret: run the Pallas interpreter; None = unless on the backend's own platform.
-    block_sizes: tiles in tokens (powers of two; 0 = the backend's default, capped at the
-      sequence length rounded up to a power of two).
+    block_sizes: tiles in tokens (powers of two >= 8, >= 16 for compiled Triton; 0 = the
+      backend's default); a tile, requested or default, is capped at max(16, the sequence
+      length rounded up to a power of two).
 
   Returns:
     [batch, seq, heads, head_dim] in q's dtype.
