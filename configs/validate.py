@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import ast
 import math
+import sys
 
 
 class ConfigError(ValueError):
@@ -321,7 +323,6 @@ def eval_lengths(config) -> list[int]:
   return sorted({max(1, round(x * config.data.train_len)) for x in config.eval.length_multipliers})
 
 
-
 OVERRIDE_ERRORS = (AttributeError, KeyError, TypeError, ValueError)  # what ml_collections raises
 
 
@@ -339,9 +340,6 @@ def exit_bad_override(error: Exception, argv: list[str]):
   Raises:
     SystemExit: always, with status 2.
   """
-  import ast  # noqa: PLC0415 (only the command-line entry points need these)
-  import sys  # noqa: PLC0415
-
   detail = str(error.args[0] if error.args else error)
   if len(detail) > 1 and detail[0] == detail[-1] and detail[0] in "'\"":
     try:  # a KeyError's repr: unquote it
@@ -379,7 +377,6 @@ def parse_flags(argv: list[str]) -> list[str]:
   except (flags.Error, *OVERRIDE_ERRORS) as e:
     exit_bad_override(e, argv)
   except (SyntaxError, ImportError, NameError) as e:  # executing the --config file failed
-    import sys  # noqa: PLC0415
     where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
     print(f"error: the --config file does not run: {type(e).__name__}: "
           f"{e.msg if isinstance(e, SyntaxError) else e}{where}", file=sys.stderr)
