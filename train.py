@@ -400,6 +400,8 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
       "extension_factor": rope_scaling.applied_factor(config.eval.extension, config.eval.factor),
       "extension_window": rope_scaling.applied_window(config.eval.extension,
                                                       config.eval.get("window", -1)),
+      "extension_params": rope_scaling.extension_params(config.eval.extension,
+                                                        config.model.position),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "max_tokens_per_length": e.max_tokens_per_length,
       "tokens_scored": sum(r["tokens"] for r in rows), "unit": "nats per byte token"}

@@ -132,10 +132,16 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   """
   run_config = train.load_run_config(workdir)
   config = run_config if config is None else ml_collections.ConfigDict(config.to_dict())
-  if config.model != run_config.model or config.data.train_len != run_config.data.train_len:
+  position, run_position = config.model.position, run_config.model.position
+  other_model = {k: v for k, v in config.model.items() if k != "position"}
+  if (other_model != {k: v for k, v in run_config.model.items() if k != "position"}
+      or position.kind != run_position.kind or config.data.train_len != run_config.data.train_len):
     raise ConfigError("--config.model.* and --config.data.train_len must stay as trained (the "
                       "checkpoint's model); override eval.* fields (eval.extension for eval-time "
-                      "extensions)")
+                      "extensions) and the eval-time parameters in "
+                      "models/rope_scaling.py EXTENSION_PARAMS")
+  changed_params = rope_scaling.check_param_overrides(run_position, position,
+                                                      eval_extensions(config))
   if length_multipliers is not None:
     try:
       config.eval.length_multipliers = tuple(float(x) for x in length_multipliers)
@@ -173,7 +179,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
                                spec.max_position if length_multipliers is not None else None,
                                ext_config.model.position.kind, spec.max_position_hint)
     suffix = rope_scaling.extension_suffix(extension, config.eval.factor,
-                                           config.eval.get("window", -1))
+                                           config.eval.get("window", -1),
+                                           changed_params.get(extension))
     runs.append((ext_config, spec, suffix))
   docs = {} if task else train.load_splits(config)
   tokenizer = get_tokenizer(config.data.tokenizer)

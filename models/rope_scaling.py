@@ -65,23 +65,82 @@ def applied_factor(extension: str, factor: float) -> float:
   return float(factor) if extension in USES_FACTOR + ("self_extend",) else 1.0
 
 
+# Fields of model.position that only an eval-time extension reads (when the run was trained
+# without RoPE scaling and without a position transform), so eval.run may set them:
+# `--config.model.position.string_shift=100 --config.eval.extension=string`.
+EXTENSION_PARAMS = {
+    "yarn": ("yarn_alpha", "yarn_beta"),
+    "abf": ("abf_theta",),
+    "string": ("string_shift",),
+    "lm_infinite": ("lm_infinite_global", "lm_infinite_distance"),
+}
+
+
+def extension_params(extension: str, position_config) -> dict:
+  """The model.position parameters `extension` reads (EXTENSION_PARAMS) and their values in
+  `position_config` (defaults where the field is absent); results record them."""
+  defaults = {**DEFAULTS, **position_transforms.DEFAULTS}
+  return {name: position_config.get(name, defaults[name])
+          for name in EXTENSION_PARAMS.get(extension, ())}
+
+
+def check_param_overrides(run_position, position, extensions) -> dict[str, dict]:
+  """The model.position fields an evaluation changes from the run's, per extension that reads them.
+
+  Args:
+    run_position: the trained run's `model.position`.
+    position: the evaluation's `model.position` (the run's plus --config overrides).
+    extensions: the eval.extension names of this evaluation.
+
+  Returns:
+    {extension: {field: new value}} for the extensions whose parameters were changed.
+
+  Raises:
+    ConfigError: a changed field that is not an eval-time parameter (EXTENSION_PARAMS), one the run
+      trained with (it had a RoPE scaling or a position transform), or one that no extension of
+      this evaluation reads.
+  """
+  changed = {k for k in set(position) | set(run_position)
+             if position.get(k) != run_position.get(k)}
+  if not changed:
+    return {}
+  readers = {f: ext for ext, fields in EXTENSION_PARAMS.items() for f in fields}
+  trained_with = (run_position.get("rope_scaling", "none") != "none"
+                  or run_position.get("position_transform", "none") != "none")
+  for field in sorted(changed):
+    if field not in readers or trained_with:
+      allowed = sorted(readers) if not trained_with else []
+      raise ConfigError(f"--config.model.position.{field} must stay as trained (the checkpoint's "
+                        f"model); eval-time parameters that may change: {allowed}")
+    if readers[field] not in extensions:
+      raise ConfigError(f"model.position.{field} is read by eval.extension="
+                        f"{readers[field]!r} only; this evaluation runs {list(extensions)}")
+  out: dict[str, dict] = {}
+  for field in sorted(changed):
+    out.setdefault(readers[field], {})[field] = position[field]
+  return out
+
+
 def applied_window(extension: str, window: int) -> int:
   """The eval.window an extension actually uses: `window` for the position-id transforms
   (self_extend, string, lm_infinite) when set, else -1 (the default / not used)."""
   return int(window) if extension in TRANSFORM_WINDOWS and window != -1 else -1
 
 
-def extension_suffix(extension: str, factor: float, window: int = -1) -> str:
+def extension_suffix(extension: str, factor: float, window: int = -1,
+                     params: dict | None = None) -> str:
   """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for
   the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"; then "_w<W>"
-  when a position-id transform runs with a window other than its default (eval.window), so
-  results of different windows do not overwrite each other."""
+  when a position-id transform runs with a window other than its default (eval.window), and
+  "_<field><value>" for each model.position parameter changed at evaluation (`params`, from
+  `check_param_overrides`), so results of different settings do not overwrite each other."""
   if extension == "none":
     return ""
   used = extension in USES_FACTOR + ("self_extend",)
   w = applied_window(extension, window)
   return (f"_{extension}" + (f"_x{applied_factor(extension, factor):g}" if used else "")
-          + (f"_w{w}" if w != -1 else ""))
+          + (f"_w{w}" if w != -1 else "")
+          + "".join(f"_{k}{v:g}" for k, v in sorted((params or {}).items())))
 
 
 # Position-id transforms (models/position_transforms.py) and the model.position field of

@@ -378,3 +378,28 @@ def test_results_record_the_factor_the_extension_uses(extension, suffix, recorde
   """eval.factor=8 with STRING or dynamic NTK is not a factor of theirs: files and JSON say so."""
   assert rope_scaling.extension_suffix(extension, 8.0) == suffix
   assert rope_scaling.applied_factor(extension, 8.0) == recorded
+
+
+def test_eval_time_parameters_may_change_only_for_the_extension_that_reads_them():
+  run = tiny_config("unused", "rope").model.position
+  ev = tiny_config("unused", "rope").model.position
+  assert rope_scaling.check_param_overrides(run, ev, ["yarn"]) == {}
+  ev.string_shift, ev.abf_theta = 100, 1e6
+  assert rope_scaling.check_param_overrides(run, ev, ["string", "abf"]) == {
+      "string": {"string_shift": 100}, "abf": {"abf_theta": 1e6}}
+  assert rope_scaling.extension_suffix("string", 1.0, -1, {"string_shift": 100}) == \
+      "_string_string_shift100"
+  with pytest.raises(ConfigError, match=r"model\.position\.abf_theta is read by "
+                                        r"eval\.extension='abf' only; this evaluation runs"):
+    rope_scaling.check_param_overrides(run, ev, ["string"])
+  ev.abf_theta, ev.rope_theta = run.abf_theta, 500.0  # a trained parameter: refused
+  with pytest.raises(ConfigError, match=r"model\.position\.rope_theta must stay as trained"):
+    rope_scaling.check_param_overrides(run, ev, ["string"])
+  trained = tiny_config("unused", "rope").model.position
+  trained.rope_scaling = "yarn"  # trained with YaRN: its alpha/beta are the model's
+  changed = tiny_config("unused", "rope").model.position
+  changed.rope_scaling, changed.yarn_alpha = "yarn", 2.0
+  with pytest.raises(ConfigError, match=r"yarn_alpha must stay as trained"):
+    rope_scaling.check_param_overrides(trained, changed, ["none"])
+  assert rope_scaling.extension_params("lm_infinite", run) == {
+      "lm_infinite_global": 10, "lm_infinite_distance": -1}

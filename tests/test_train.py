@@ -93,6 +93,13 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   assert [c["extension"] for c in curves] == ["none", "self_extend", "yarn"]
   yarn["max_tokens_per_length"] = 1  # another budget: another figure
   assert eval_run._same_step_curves(str(tmp_path / "eval"), yarn) == []
+  # An eval-time parameter under model.position (STRING's shift) names its own files.
+  shifted = train.load_run_config(str(tmp_path))
+  shifted.model.position.string_shift, shifted.eval.extension = 5, "string"
+  shifted.eval.length_multipliers = (1.0,)
+  out_shift = eval_run.evaluate(str(tmp_path), config=shifted)
+  assert set(out_shift) == {"ppl_vs_length_string_string_shift5"}
+  assert out_shift["ppl_vs_length_string_string_shift5"]["extension_params"] == {"string_shift": 5}
   # The sliding protocol writes its own files; the non-overlapping ones stay.
   sliding = train.load_run_config(str(tmp_path))
   sliding.eval.protocol, sliding.eval.stride = "sliding", 8
