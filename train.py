@@ -51,10 +51,12 @@ from models.positions import Dims
 
 
 def check_workdir(workdir: str) -> None:
-  """Creates `workdir` if needed.
+  """Checks that `workdir` can be used, without creating it (`make_workdir` does, once every
+  other check has passed, so a refused run leaves nothing behind).
 
   Raises:
-    ConfigError: `workdir` is empty, a URL (gs://...), a file, or not writable.
+    ConfigError: `workdir` is empty, a URL (gs://...), a file, or neither it nor (when it does not
+      exist yet) its nearest existing parent is a writable directory.
   """
   if not workdir:
     raise ConfigError("--workdir is required")
@@ -63,12 +65,26 @@ def check_workdir(workdir: str) -> None:
                       "mounted with gcsfuse), not a URL")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"--workdir={workdir} is a file, not a directory")
+  existing = os.path.abspath(workdir)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ConfigError(f"--workdir={workdir} cannot be created: {existing} is a file")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise ConfigError(f"--workdir={workdir} is not writable" + (
+        "" if existing == os.path.abspath(workdir) else f" (cannot create it in {existing})"))
+
+
+def make_workdir(workdir: str) -> None:
+  """Creates `workdir` (after `check_workdir`).
+
+  Raises:
+    ConfigError: the directory cannot be created.
+  """
   try:
     os.makedirs(workdir, exist_ok=True)
   except OSError as e:
     raise ConfigError(f"--workdir={workdir} cannot be created: {e.strerror}") from e
-  if not os.access(workdir, os.W_OK | os.X_OK):
-    raise ConfigError(f"--workdir={workdir} is not writable")
 
 
 def config_hash(config) -> str:
@@ -478,6 +494,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
       if suite in suites:
         needle.check_suite(config, suite, docs, tokenizer)
   check_same_model(workdir, config)
+  make_workdir(workdir)  # every check above has passed
   tx = make_optimizer(config.train)
   t = config.train
   is_chief = jax.process_index() == 0

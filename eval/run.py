@@ -216,7 +216,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not FLAGS.workdir:
-    raise app.UsageError("--workdir is required")
+    print("error: --workdir is required (a training run's workdir)", file=sys.stderr)
+    sys.exit(2)
+  if FLAGS.step < -1:
+    print(f"error: --step must be a checkpoint step >= 0, or -1 for the latest; got {FLAGS.step}",
+          file=sys.stderr)
+    sys.exit(2)
   train.quiet_library_logs()
   try:
     results = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,

@@ -188,6 +188,18 @@ def test_cli_bad_config_fails_in_one_line(args, field, tmp_path):
   assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--step=-5"], "error: --step must be a checkpoint step >= 0, or -1 for the latest; got -5"),
+    ([], "error: --workdir is required (a training run's workdir)"),
+])
+def test_eval_cli_bad_flags_fail_in_one_line(args, message, tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  workdir = [f"--workdir={tmp_path}"] if args else []
+  proc = subprocess.run([sys.executable, "-m", "eval.run", *workdir, *args], capture_output=True,
+                        text=True, cwd=ROOT, env=env, timeout=120)
+  assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr[-2000:]
+
+
 def test_eval_cli_misspelt_field_fails_in_one_line(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
   proc = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={tmp_path}",
@@ -228,8 +240,25 @@ def test_algorithmic_suite_on_a_text_run_is_refused_before_training(text_corpus,
   c = tiny_config(text_corpus)
   c.eval.suites = "ppl_vs_length,algorithmic"
   with pytest.raises(ConfigError, match="eval.suites='algorithmic' needs an algorithmic task"):
-    train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
-  assert not os.path.exists(tmp_path / "checkpoints")
+    train.train_and_evaluate(c, str(tmp_path / "run"), devices=jax.devices()[:1])
+  assert not os.path.exists(tmp_path / "run")  # a refused run leaves no workdir behind
+
+
+def test_workdir_checks_do_not_create_it(tmp_path):
+  train.check_workdir(str(tmp_path / "a" / "b"))
+  assert not os.path.exists(tmp_path / "a")
+  (tmp_path / "f").write_text("")
+  with pytest.raises(ConfigError, match="cannot be created: .* is a file"):
+    train.check_workdir(str(tmp_path / "f" / "run"))
+  if os.geteuid() != 0:  # root may write anywhere
+    os.chmod(tmp_path, 0o500)
+    try:
+      with pytest.raises(ConfigError, match="is not writable \\(cannot create it in"):
+        train.check_workdir(str(tmp_path / "new"))
+    finally:
+      os.chmod(tmp_path, 0o700)
+  train.make_workdir(str(tmp_path / "a" / "b"))
+  assert os.path.isdir(tmp_path / "a" / "b")
 
 
 def test_flops_per_token_formula():
