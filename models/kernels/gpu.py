@@ -82,6 +82,15 @@ def _logits(st: Static, prm_ref, q_parts, k_parts, q_pos, k_pos):
   return s
 
 
+def _rotated_rows(st: Static, inv_ref, pos_ref, seg_ref, x_ref, rows, scale):
+  """Rows `rows` of q or k, rotated: (position ids [n], segment ids [n], cos, sin [n, half],
+  the rotated slices of `_load`), as every kernel needs them for its tiles."""
+  ids = pos_ref[rows]
+  cos, sin = _cos_sin(st, inv_ref, ids[:, None])
+  parts = blocks.rotate_halves(_load(x_ref, rows, st), cos, sin, scale, x_ref.dtype)
+  return ids, seg_ref[rows], cos, sin, parts
+
+
 def _unpack(st: Static, refs, n_ids: int):
   """(ids, inv_ref or None, prm_ref or None, rest) from a kernel's reference list."""
   ids, refs = refs[:n_ids], refs[n_ids:]
@@ -95,19 +104,18 @@ def _fwd_kernel(*refs, st: Static):
   q_ref, k_ref, v_ref, o_ref, lse_ref = rest
   bq, bk, d = st.block_q, st.block_k, st.head_dim
   i = pl.program_id(2)
-  q_pos, q_seg = q_pos_ref[...][:, None], q_seg_ref[...][:, None]
+  q_pos, q_seg, cos, sin, q_parts = _rotated_rows(st, inv_ref, q_pos_ref, q_seg_ref, q_ref,
+                                                  slice(None), st.q_scale)
+  q_pos, q_seg = q_pos[:, None], q_seg[:, None]
   q_index = i * bq + blocks.iota((bq, 1), 0)
-  cos, sin = _cos_sin(st, inv_ref, q_pos)
-  q_parts = blocks.rotate_halves(_load(q_ref, slice(None), st), cos, sin, st.q_scale, q_ref.dtype)
 
   def body(j, carry):
     m, l, acc = carry
     start = pl.multiple_of(j * bk, bk)
     rows = pl.ds(start, bk)
-    k_ids = k_pos_ref[rows]
-    k_pos, k_seg = k_ids[None, :], k_seg_ref[rows][None, :]
-    k_cos, k_sin = _cos_sin(st, inv_ref, k_ids[:, None])
-    k_parts = blocks.rotate_halves(_load(k_ref, rows, st), k_cos, k_sin, st.k_scale, k_ref.dtype)
+    k_pos, k_seg, _, _, k_parts = _rotated_rows(st, inv_ref, k_pos_ref, k_seg_ref, k_ref, rows,
+                                                st.k_scale)
+    k_pos, k_seg = k_pos[None, :], k_seg[None, :]
     s = _logits(st, prm_ref, q_parts, k_parts, q_pos, k_pos)
     mask = blocks.mask_tile(q_index, start + blocks.iota((1, bk), 1), q_seg, k_seg)
     return blocks.softmax_step(s, mask, v_ref[rows, :], m, l, acc)
@@ -126,19 +134,18 @@ def _dq_kernel(*refs, st: Static):
   q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref = rest
   bq, bk = st.block_q_bwd, st.block_k_bwd
   i = pl.program_id(2)
-  q_pos, q_seg = q_pos_ref[...][:, None], q_seg_ref[...][:, None]
+  q_pos, q_seg, cos, sin, q_parts = _rotated_rows(st, inv_ref, q_pos_ref, q_seg_ref, q_ref,
+                                                  slice(None), st.q_scale)
+  q_pos, q_seg = q_pos[:, None], q_seg[:, None]
   q_index = i * bq + blocks.iota((bq, 1), 0)
-  cos, sin = _cos_sin(st, inv_ref, q_pos)
-  q_parts = blocks.rotate_halves(_load(q_ref, slice(None), st), cos, sin, st.q_scale, q_ref.dtype)
   do, lse, delta = do_ref[...], lse_ref[...], delta_ref[...]
 
   def body(j, dq_parts):
     start = pl.multiple_of(j * bk, bk)
     rows = pl.ds(start, bk)
-    k_ids = k_pos_ref[rows]
-    k_pos, k_seg = k_ids[None, :], k_seg_ref[rows][None, :]
-    k_cos, k_sin = _cos_sin(st, inv_ref, k_ids[:, None])
-    k_parts = blocks.rotate_halves(_load(k_ref, rows, st), k_cos, k_sin, st.k_scale, k_ref.dtype)
+    k_pos, k_seg, _, _, k_parts = _rotated_rows(st, inv_ref, k_pos_ref, k_seg_ref, k_ref, rows,
+                                                st.k_scale)
+    k_pos, k_seg = k_pos[None, :], k_seg[None, :]
     s = _logits(st, prm_ref, q_parts, k_parts, q_pos, k_pos)
     mask = blocks.mask_tile(q_index, start + blocks.iota((1, bk), 1), q_seg, k_seg)
     p = blocks.probs(s, mask, lse)
@@ -158,12 +165,10 @@ def _dkdv_kernel(*refs, st: Static):
   dprm_ref = rest[8] if st.bias != "none" else None
   bq, bk, d = st.block_q_bwd, st.block_k_bwd, st.head_dim
   j = pl.program_id(2)
-  k_ids = k_pos_ref[...]
-  k_pos, k_seg = k_ids[None, :], k_seg_ref[...][None, :]
+  k_pos, k_seg, k_cos, k_sin, k_parts = _rotated_rows(st, inv_ref, k_pos_ref, k_seg_ref, k_ref,
+                                                      slice(None), st.k_scale)
+  k_pos, k_seg = k_pos[None, :], k_seg[None, :]
   k_index = j * bk + blocks.iota((1, bk), 1)
-  k_cos, k_sin = _cos_sin(st, inv_ref, k_ids[:, None])
-  k_parts = blocks.rotate_halves(_load(k_ref, slice(None), st), k_cos, k_sin, st.k_scale,
-                                 k_ref.dtype)
   v = v_ref[...]
   prm = None if prm_ref is None else prm_ref[...][None, :]
 
@@ -171,9 +176,9 @@ def _dkdv_kernel(*refs, st: Static):
     dk_parts, dv, dprm = carry
     start = pl.multiple_of(i * bq, bq)
     rows = pl.ds(start, bq)
-    q_pos, q_seg = q_pos_ref[rows][:, None], q_seg_ref[rows][:, None]
-    cos, sin = _cos_sin(st, inv_ref, q_pos)
-    q_parts = blocks.rotate_halves(_load(q_ref, rows, st), cos, sin, st.q_scale, q_ref.dtype)
+    q_pos, q_seg, _, _, q_parts = _rotated_rows(st, inv_ref, q_pos_ref, q_seg_ref, q_ref, rows,
+                                                st.q_scale)
+    q_pos, q_seg = q_pos[:, None], q_seg[:, None]
     s = _logits(st, prm_ref, q_parts, k_parts, q_pos, k_pos)
     mask = blocks.mask_tile(start + blocks.iota((bq, 1), 0), k_index, q_seg, k_seg)
     p = blocks.probs(s, mask, lse_ref[rows, :])
