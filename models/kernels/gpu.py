@@ -226,7 +226,7 @@ def _extra(st: Static, inv, prm):
 def forward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm):
   """Forward kernel: (out [B, H, L, D] in q's dtype, lse float32 [B, H, L, 1])."""
   b, h, length, d = q.shape
-  bq, bk = st.block_q, st.block_k
+  bq = st.block_q
   rows = pl.BlockSpec((None, None, bq, d), lambda b_, h_, i: (b_, h_, i, 0))
   full = pl.BlockSpec((None, None, length, d), lambda b_, h_, i: (b_, h_, 0, 0))
   extra, extra_specs = _extra(st, inv, prm)

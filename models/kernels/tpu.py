@@ -89,6 +89,22 @@ def _logits(st: Static, prm_ref, qr, kr, q_pos, k_pos):
   return s
 
 
+def _masked_logits(st: Static, prm_ref, qr, kr, ids, i, j, bq: int, bk: int):
+  """(logits with the in-kernel bias, visibility mask) of the tile of query block i and key
+  block j, both [bq, bk]; `ids` = (q_pos, q_seg, k_pos_col, k_pos, k_seg) references."""
+  q_pos_ref, q_seg_ref, _, k_pos_ref, k_seg_ref = ids
+  s = _logits(st, prm_ref, qr, kr, q_pos_ref[...], k_pos_ref[...])
+  mask = blocks.mask_tile(i * bq + blocks.iota((bq, 1), 0), j * bk + blocks.iota((1, bk), 1),
+                          q_seg_ref[...], k_seg_ref[...])
+  return s, mask
+
+
+def _rotate_into(st: Static, freq_ref, pos_col_ref, x_ref, out_ref, scale: float) -> None:
+  """Writes the rotated block of q or k (positions [n, 1]) to the scratch `out_ref`."""
+  cos, sin = _cos_sin(st, freq_ref, pos_col_ref[...])
+  out_ref[...] = _rotated(st, x_ref, cos, sin, scale)
+
+
 def _fwd_kernel(*refs, st: Static):
   ids, freq_ref, prm_ref, rest = _unpack(st, refs)
   q_pos_ref, q_seg_ref, k_pos_col_ref, k_pos_ref, k_seg_ref = ids
@@ -101,16 +117,13 @@ def _fwd_kernel(*refs, st: Static):
     m_ref[...] = jnp.full(m_ref.shape, blocks.MASKED, jnp.float32)
     l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
     acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
-    cos, sin = _cos_sin(st, freq_ref, q_pos_ref[...])
-    qr_ref[...] = _rotated(st, q_ref, cos, sin, st.q_scale)
+    _rotate_into(st, freq_ref, q_pos_ref, q_ref, qr_ref, st.q_scale)
 
   @pl.when(j * bk < (i + 1) * bq)  # causal: some key of block j is visible from block i
   def _step():
     cos, sin = _cos_sin(st, freq_ref, k_pos_col_ref[...])
     kr = _rotated(st, k_ref, cos, sin, st.k_scale)
-    s = _logits(st, prm_ref, qr_ref[...], kr, q_pos_ref[...], k_pos_ref[...])
-    mask = blocks.mask_tile(i * bq + blocks.iota((bq, 1), 0), j * bk + blocks.iota((1, bk), 1),
-                            q_seg_ref[...], k_seg_ref[...])
+    s, mask = _masked_logits(st, prm_ref, qr_ref[...], kr, ids, i, j, bq, bk)
     m, l, acc = blocks.softmax_step(s, mask, v_ref[...], m_ref[...], l_ref[...], acc_ref[...])
     m_ref[...], l_ref[...], acc_ref[...] = m, l, acc
 
@@ -131,16 +144,13 @@ def _dq_kernel(*refs, st: Static):
   @pl.when(j == 0)
   def _init():
     dq_acc_ref[...] = jnp.zeros(dq_acc_ref.shape, jnp.float32)
-    cos, sin = _cos_sin(st, freq_ref, q_pos_ref[...])
-    qr_ref[...] = _rotated(st, q_ref, cos, sin, st.q_scale)
+    _rotate_into(st, freq_ref, q_pos_ref, q_ref, qr_ref, st.q_scale)
 
   @pl.when(j * bk < (i + 1) * bq)
   def _step():
     cos, sin = _cos_sin(st, freq_ref, k_pos_col_ref[...])
     kr = _rotated(st, k_ref, cos, sin, st.k_scale)
-    s = _logits(st, prm_ref, qr_ref[...], kr, q_pos_ref[...], k_pos_ref[...])
-    mask = blocks.mask_tile(i * bq + blocks.iota((bq, 1), 0), j * bk + blocks.iota((1, bk), 1),
-                            q_seg_ref[...], k_seg_ref[...])
+    s, mask = _masked_logits(st, prm_ref, qr_ref[...], kr, ids, i, j, bq, bk)
     p = blocks.probs(s, mask, lse_ref[...])
     ds = p * (blocks.dot_nt(do_ref[...], v_ref[...]) - delta_ref[...])
     dq_acc_ref[...] += blocks.dot_nn(ds.astype(kr.dtype), kr)
@@ -167,18 +177,14 @@ def _dkdv_kernel(*refs, st: Static):
     dk_acc_ref[...] = jnp.zeros(dk_acc_ref.shape, jnp.float32)
     dv_acc_ref[...] = jnp.zeros(dv_acc_ref.shape, jnp.float32)
     dprm_acc_ref[...] = jnp.zeros(dprm_acc_ref.shape, jnp.float32)
-    cos, sin = _cos_sin(st, freq_ref, k_pos_col_ref[...])
-    kr_ref[...] = _rotated(st, k_ref, cos, sin, st.k_scale)
+    _rotate_into(st, freq_ref, k_pos_col_ref, k_ref, kr_ref, st.k_scale)
 
   @pl.when((i + 1) * bq > j * bk)  # causal: some query of block i sees a key of block j
   def _step():
     q_pos = q_pos_ref[...]
     cos, sin = _cos_sin(st, freq_ref, q_pos)
     qr = _rotated(st, q_ref, cos, sin, st.q_scale)
-    kr = kr_ref[...]
-    s = _logits(st, prm_ref, qr, kr, q_pos, k_pos_ref[...])
-    mask = blocks.mask_tile(i * bq + blocks.iota((bq, 1), 0), j * bk + blocks.iota((1, bk), 1),
-                            q_seg_ref[...], k_seg_ref[...])
+    s, mask = _masked_logits(st, prm_ref, qr, kr_ref[...], ids, i, j, bq, bk)
     p = blocks.probs(s, mask, lse_ref[...])
     do = do_ref[...]
     dv_acc_ref[...] += blocks.dot_tn(p.astype(do.dtype), do)
