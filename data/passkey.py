@@ -498,6 +498,9 @@ def answer_windows(tokenizer: ByteTokenizer, *, train_len: int, preamble: bool, 
                    count: int, seed: int) -> dict[str, np.ndarray]:
   """Held-out passkey documents scored on the key's digits only: is the lookup learned yet?
 
+  The documents are Mohtashami & Jaggi's passkey prompt (arXiv 2305.16300, Appendix) followed by
+  the answer, as in training; scoring only the answer's digits is this project's diagnostic.
+
   `count` documents drawn like the training ones (`passkey_documents`: length uniform in
   [min_document_len, train_len], depth uniform in [0, 1], a random key) from their own seed, one
   per row, each row padded to train_len. Only the targets that are the answer's digits have

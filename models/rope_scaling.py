@@ -61,7 +61,8 @@ EXTENSIONS = {
 }
 def applied_factor(extension: str, factor: float) -> float:
   """The eval.factor an extension actually uses: `factor` for the methods that read it (pi, ntk,
-  yarn: the scale s; self_extend: the group size G), else 1.0 (results record this value)."""
+  yarn: the scale s, arXiv 2306.15595 / 2309.00071; self_extend: the group size G, arXiv
+  2401.01325), else 1.0 (results record this value)."""
   return float(factor) if extension in USES_FACTOR + ("self_extend",) else 1.0
 
 
