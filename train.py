@@ -41,7 +41,7 @@ from configs.validate import (ConfigError, eval_extensions, eval_lengths, eval_s
 from data import corpora, passkey, pipeline, position_samplers
 from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
-from eval import algorithmic, needle, perplexity, plots
+from eval import algorithmic, attention_stats, needle, perplexity, plots
 from eval.files import atomic_write, write_json
 from models import rope_scaling, sharding
 from models.decoder import Decoder
@@ -493,6 +493,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     for suite in ("passkey", "needle"):
       if suite in suites:
         needle.check_suite(config, suite, docs, tokenizer)
+    if "attention" in suites:
+      attention_stats.check_settings(config)
   check_same_model(workdir, config)
   make_workdir(workdir)  # every check above has passed
   tx = make_optimizer(config.train)
@@ -679,6 +681,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   retrieval = {suite: needle.run_suite(suite, config, workdir, spec, mesh, state["params"], step,
                                        docs, tokenizer, "")
                for suite in ("passkey", "needle") if suite in suites}
+  attention = (attention_stats.run_suite(config, workdir, spec, mesh, state["params"], step, docs,
+                                         tokenizer) if "attention" in suites else None)
   close_outputs()
   print(f"final validation loss: {val_loss:.4f} nats/byte ({val_loss / math.log(2):.4f} bits/byte); "
         f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats")
@@ -694,8 +698,13 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
           + ", ".join(f"{row['length']}: {row['accuracy']:.2f}" for row in r["rows"]
                       if row["accuracy"] is not None)
           + f"; largest length passing {r['threshold']}: {r['max_length_passing']}")
+  if attention is not None:
+    print("  attention entropy (nats) / sink mass by length: "
+          + ", ".join(f"{row['length']}: {row['entropy']:.3f} / {row['sink_mass']:.3f}"
+                      for row in attention["rows"] if not row.get("skipped")))
   extra = ({"val_passkey_answer_nll": final["val_passkey_answer_nll"]}
            if answer_windows is not None else {})
+  extra |= {"attention": attention} if attention is not None else {}
   return {"step": step, "val_loss": val_loss, "ppl_vs_length": result, **retrieval, **extra}
 
 

@@ -145,7 +145,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.max_tokens_per_length = 65536  # tokens scored per length (document prefixes); 0 = all.
   c.eval.batch_tokens = 16384  # tokens per forward batch (bounds eval memory).
   c.eval.suites = "ppl_vs_length,loss_by_position"  # comma-separated: ppl_vs_length, loss_by_position
-                             # (one pass gives both), passkey, needle, algorithmic (eval/run.py).
+                             # (one pass gives both), passkey, needle, attention, algorithmic
+                             # (eval/run.py).
   c.eval.extension = "none"  # eval-time extensions, comma-separated (python -m eval.run runs each):
                              # none | pi | ntk | dynamic_ntk | yarn | abf (rope) | alibi_interpolation
                              # (alibi) | self_extend | string | lm_infinite (relative schemes);
@@ -174,4 +175,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.needle.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
   c.eval.needle.preamble = True  # prompts open with RULER's task description (136 tokens + newline).
   c.eval.needle.value_digits = 7  # digits of the needle's value, 1..18 (RULER: 7).
+  # Attention diagnostics (eval/attention_stats.py): entropy and sink mass per layer and head at
+  # every eval length, on the first window (from the BOS) of this many documents of eval.split.
+  c.eval.attention = ml_collections.ConfigDict()
+  c.eval.attention.windows = 8  # documents (windows) per length; memory O(heads x length^2).
   return c

@@ -279,7 +279,7 @@ def _retrieval_common(section, prefix: str, *, digits_field: str, max_digits: in
 
 
 # eval.suites names (eval/run.py): ppl_vs_length and loss_by_position come from one pass.
-SUITES = ("ppl_vs_length", "loss_by_position", "passkey", "needle", "algorithmic")
+SUITES = ("ppl_vs_length", "loss_by_position", "passkey", "needle", "attention", "algorithmic")
 
 
 def _name_list(value, path: str, allowed) -> list[str]:

@@ -54,8 +54,7 @@ def plot_ppl_vs_length(results: dict | list[dict], path: str) -> None:
   ax.grid(True, which="both", alpha=0.3)
   ax.legend()
   fig.tight_layout()
-  atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
-  plt.close(fig)
+  save_png(fig, path)
 
 
 def plot_loss_by_position(result: dict, path: str) -> None:
@@ -92,8 +91,7 @@ def plot_loss_by_position(result: dict, path: str) -> None:
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
-  plt.close(fig)
+  save_png(fig, path)
 
 
 def plot_retrieval_heatmap(result: dict, path: str) -> None:
@@ -137,5 +135,425 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
                f"{passing if passing is not None else 'none'}", fontsize=8)
   fig.colorbar(image, ax=ax, label="accuracy", fraction=0.04)
   fig.tight_layout()
+  save_png(fig, path)
+
+
+def plot_attention_statistics(result: dict, path: str) -> None:
+  """Attention entropy and sink mass vs evaluation length, one line per layer, train_len marked.
+
+  Left: mean attention entropy (nats) per layer, with the uniform-attention ceiling
+  (mean log(i + 1), eval/attention_stats.uniform_entropy) dashed. Right: mean attention
+  probability on the window's BOS (the sink) per layer.
+
+  Args:
+    result: an `attention` result dict (eval/attention_stats.run_suite): "rows" with "length",
+      "entropy_by_layer", "sink_mass_by_layer", "entropy_uniform" (skipped rows have
+      "skipped"), "train_len", and optionally "scheme", "extension", "split", "step".
+    path: output .png path (written atomically).
+  """
+  rows = [r for r in result["rows"] if not r.get("skipped")]
+  fig, (ax_e, ax_s) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+  lengths = [r["length"] for r in rows]
+  layers = len(rows[0]["entropy_by_layer"]) if rows else 0
+  for layer in range(layers):
+    ax_e.plot(lengths, [r["entropy_by_layer"][layer] for r in rows], marker="o",
+              label=f"layer {layer}")
+    ax_s.plot(lengths, [r["sink_mass_by_layer"][layer] for r in rows], marker="o",
+              label=f"layer {layer}")
+  ax_e.plot(lengths, [r["entropy_uniform"] for r in rows], color="black", linestyle=":",
+            label="uniform over visible keys")
+  for ax, ylabel in ((ax_e, "attention entropy (nats, mean over queries)"),
+                     (ax_s, "attention on the BOS (sink mass)")):
+    _length_axis(ax, result["train_len"])
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+  ax_s.set_ylim(0, 1)
+  fig.suptitle(f"Attention diagnostics: {curve_label(result)} ({result.get('split', '')}, "
+               f"step {result.get('step', '?')})", fontsize=9)
+  fig.tight_layout()
+  save_png(fig, path)
+
+
+def _length_axis(ax, train_len: int | None) -> None:
+  """log2 length axis with plain tick labels, a dashed train_len marker and a light grid."""
+  if train_len:
+    ax.axvline(train_len, color="gray", linestyle="--", label=f"train_len={train_len}")
+  ax.set_xscale("log", base=2)
+  ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+  ax.set_xlabel("evaluation length (tokens)")
+  ax.grid(True, which="both", alpha=0.3)
+
+
+def save_png(fig, path: str) -> None:
+  """Writes `fig` as a PNG to `path` atomically and closes it."""
   atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
   plt.close(fig)
+
+
+def png_bytes(fig) -> bytes:
+  """`fig` as PNG bytes (for an HTML report); closes it."""
+  import io
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png")
+  plt.close(fig)
+  return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Study figures: from a study's tidy results table (sweeps/collect.py), one curve per scheme
+# (mean over seeds, band = min..max over seeds). Each returns a matplotlib Figure, or None when
+# the table holds nothing for it; notebooks display them and eval/report.py embeds them.
+# ---------------------------------------------------------------------------------------------
+
+def read_table(path: str):
+  """A study's results table: `results.parquet` / `results.csv` (sweeps.collect), or a study
+  folder holding one (parquet preferred).
+
+  Raises:
+    FileNotFoundError: no such file, or a folder without a results table.
+  """
+  import os
+
+  import pandas as pd
+  if os.path.isdir(path):
+    for name in ("results.parquet", "results.csv"):
+      if os.path.exists(os.path.join(path, name)):
+        return read_table(os.path.join(path, name))
+    raise FileNotFoundError(f"{path} holds no results.parquet or results.csv "
+                            "(run python -m sweeps.collect on the study folder first)")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no results table at {path}")
+  return pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+
+
+def curve_labels(frame) -> "pd.Series":
+  """Legend label of every row: the scheme, the config fields that vary between runs apart from
+  seeds (`cfg.*` columns, e.g. model size), and the eval-time extension with its factor."""
+  import pandas as pd
+  varying = [c for c in frame.columns if c.startswith("cfg.") and not c.endswith("seed")
+             and frame[c].nunique(dropna=False) > 1]
+
+  def label(row) -> str:
+    parts = [str(row.get("scheme", "model"))]
+    parts += [f"{c.rsplit('.', 1)[-1]}={row[c]}" for c in varying]
+    ext = row.get("extension")
+    if isinstance(ext, str) and ext != "none":
+      factor = row.get("extension_factor")
+      parts.append(f"+ {ext}" + (f" x{factor:g}" if pd.notna(factor) and factor != 1 else ""))
+    return " ".join(parts)
+
+  if frame.empty:
+    return pd.Series([], dtype=str)
+  return frame.apply(label, axis=1)
+
+
+def _mean_band(frame, x: str, y: str):
+  """Per label: x values, mean, min and max of y over runs (seeds), sorted by x."""
+  rows = frame.dropna(subset=[y]).assign(label=curve_labels(frame))
+  out = {}
+  for label, group in rows.groupby("label", sort=True):
+    stats = group.groupby(x)[y].agg(["mean", "min", "max"]).sort_index()
+    out[label] = stats
+  return out
+
+
+def _plot_bands(ax, bands: dict) -> None:
+  for label, stats in bands.items():
+    line, = ax.plot(stats.index, stats["mean"], marker="o", markersize=3, label=label)
+    if (stats["max"] > stats["min"]).any():
+      ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
+
+
+def _train_len(frame) -> int | None:
+  values = frame["train_len"].dropna().unique() if "train_len" in frame else []
+  return int(values[0]) if len(values) == 1 else None
+
+
+def _suite(frame, suite: str, protocol: str | None = None, extensions: bool | None = False):
+  rows = frame[frame["suite"] == suite]
+  if protocol is not None and "protocol" in rows:
+    rows = rows[rows["protocol"] == protocol]
+  if extensions is False:
+    rows = rows[rows["extension"].fillna("none") == "none"]
+  return rows
+
+
+def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False):
+  """Perplexity vs evaluation length per scheme (log-log), mean over seeds with a min..max band.
+
+  Args:
+    frame: the results table; protocol: "non_overlapping" | "sliding" (perplexity protocol,
+      Press et al., arXiv 2108.12409, Section 4).
+    with_extensions: also draw every eval-time extension's curve (else the models as trained).
+
+  Returns:
+    A Figure, or None if the table has no ppl_vs_length rows for `protocol`.
+  """
+  rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
+  if rows.empty:
+    return None
+  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+  _plot_bands(ax, _mean_band(rows, "length", "ppl"))
+  _length_axis(ax, _train_len(rows))
+  ax.set_yscale("log")
+  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+  ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%.3g"))
+  ax.set_ylabel("perplexity (per token)")
+  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, band = min..max",
+               fontsize=9)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
+def fig_extensions(frame, protocol: str = "non_overlapping"):
+  """Eval-time extensions beside their base scheme: one panel per scheme that has any, the model
+  as trained and each (extension, factor) as curves of perplexity vs length.
+
+  Returns:
+    A Figure, or None if no run has an eval-time extension result for `protocol`.
+  """
+  rows = _suite(frame, "ppl_vs_length", protocol, None)
+  extended = sorted(rows.loc[rows["extension"].fillna("none") != "none", "scheme"].unique())
+  if not extended:
+    return None
+  fig, axes = plt.subplots(1, len(extended), figsize=(6 * len(extended), 4.5), dpi=110,
+                           squeeze=False)
+  for ax, scheme in zip(axes[0], extended):
+    _plot_bands(ax, _mean_band(rows[rows["scheme"] == scheme], "length", "ppl"))
+    _length_axis(ax, _train_len(rows))
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+    ax.set_ylabel("perplexity (per token)")
+    ax.set_title(f"{scheme}: eval-time extensions ({protocol})", fontsize=9)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_overlapping"):
+  """Mean NLL vs token position in the window at one evaluation length, one curve per scheme
+  (mean over seeds of the per-bin NLL; loss_by_position rows' `detail` bins).
+
+  Args:
+    frame: the results table.
+    length: the evaluation length, tokens (default: the longest with results).
+    protocol: perplexity protocol of the rows to use.
+
+  Returns:
+    A Figure, or None if the table has no loss_by_position rows.
+  """
+  import json
+
+  import pandas as pd
+  rows = _suite(frame, "loss_by_position", protocol).dropna(subset=["detail", "nll"])
+  if rows.empty:
+    return None
+  length = int(rows["length"].max()) if length is None else length
+  rows = rows[rows["length"] == length]
+  if rows.empty:
+    return None
+  bins = []
+  for _, row in rows.assign(label=curve_labels(rows)).iterrows():
+    for b in json.loads(row["detail"]):
+      if b.get("nll") is not None and b.get("tokens"):
+        bins.append({"label": row["label"], "x": ((b["start"] + 1) * b["end"]) ** 0.5,
+                     "nll": b["nll"]})
+  if not bins:
+    return None
+  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+  _plot_bands(ax, _mean_band(pd.DataFrame(bins).assign(scheme=lambda d: d["label"]), "x", "nll"))
+  _length_axis(ax, _train_len(rows))
+  ax.set_xlabel("context tokens (position in window + 1)")
+  ax.set_ylabel("NLL (nats per token)")
+  ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds", fontsize=9)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
+def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None = None):
+  """The study summary (sweeps.collect.summarize: per scheme x extension x protocol, over seeds:
+  ppl at 1x..16x train_len, extrapolation ratio ppl(8x)/ppl(1x), passkey length reached, final
+  validation loss), sorted by `sort_by` (ascending; missing values last).
+
+  Raises:
+    KeyError: `sort_by` is not a column of the summary (the message lists them).
+  """
+  from sweeps.collect import summarize
+  summary = summarize(frame)
+  if protocol is not None:
+    summary = summary[summary["protocol"].isna() | (summary["protocol"] == protocol)]
+  if sort_by not in summary.columns:
+    raise KeyError(f"sort_by={sort_by!r} is not a summary column; choose one of "
+                   f"{list(summary.columns)}")
+  return summary.sort_values(sort_by, na_position="last").reset_index(drop=True)
+
+
+def _depth_grid(rows):
+  """{label: (lengths, depths, mean accuracy [depth, length])} from retrieval rows' detail."""
+  import json
+
+  import pandas as pd
+  cells = []
+  for _, row in rows.assign(label=curve_labels(rows)).iterrows():
+    if isinstance(row.get("detail"), str):
+      for depth, acc in json.loads(row["detail"]).items():
+        cells.append({"label": row["label"], "length": int(row["length"]),
+                      "depth": float(depth), "accuracy": acc})
+  out = {}
+  if not cells:
+    return out
+  cells = pd.DataFrame(cells)
+  for label, group in cells.groupby("label", sort=True):
+    table = group.groupby(["depth", "length"])["accuracy"].mean().unstack("length")
+    out[label] = (list(table.columns), list(table.index), table.to_numpy(dtype=float))
+  return out
+
+
+def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = True):
+  """Retrieval heatmaps (depth x length, accuracy mean over seeds) for every scheme in a grid.
+
+  Args:
+    frame: the results table; suite: "passkey" | "needle".
+    with_extensions: include eval-time extensions as their own panels.
+
+  Returns:
+    A Figure, or None if the table has no `suite` rows.
+  """
+  import numpy as np
+  rows = _suite(frame, suite, None, None if with_extensions else False)
+  grids = _depth_grid(rows)
+  if not grids:
+    return None
+  cols = min(3, len(grids))
+  nrows = -(-len(grids) // cols)
+  fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), dpi=110,
+                           squeeze=False)
+  cmap = plt.get_cmap("RdYlGn").copy()
+  cmap.set_bad("#d9d9d9")
+  train_len = _train_len(rows)
+  image = None
+  for ax, (label, (lengths, depths, acc)) in zip(axes.flat, grids.items()):
+    image = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=7)
+    ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths], fontsize=7)
+    inside = [j for j, L in enumerate(lengths) if train_len and L <= train_len]
+    if inside:
+      ax.axvline(max(inside) + 0.5, color="black", linestyle="--", linewidth=1)
+    ax.set_title(label, fontsize=8)
+  for ax in list(axes.flat)[len(grids):]:
+    ax.axis("off")
+  fig.supxlabel(f"context length (tokens); dashed: train_len={train_len}", fontsize=8)
+  fig.supylabel("needle depth", fontsize=8)
+  fig.suptitle(f"{suite} accuracy (mean over seeds)", fontsize=9)
+  fig.colorbar(image, ax=axes, label="accuracy", fraction=0.03)
+  return fig
+
+
+def fig_accuracy_vs_length(frame, suite: str = "passkey"):
+  """Retrieval accuracy (all depths) vs context length per scheme and extension, mean over
+  seeds with a min..max band.
+
+  Returns:
+    A Figure, or None if the table has no `suite` rows with an accuracy.
+  """
+  rows = _suite(frame, suite, None, None)
+  bands = _mean_band(rows, "length", "accuracy") if not rows.empty else {}
+  if not bands:
+    return None
+  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+  _plot_bands(ax, bands)
+  _length_axis(ax, _train_len(rows))
+  ax.set_ylim(-0.02, 1.02)
+  ax.set_ylabel(f"{suite} accuracy")
+  ax.set_title(f"{suite} accuracy vs length; mean over seeds, band = min..max", fontsize=9)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
+def fig_algorithmic(frame, metric: str = "exact_match"):
+  """Accuracy per instance size on the algorithmic tasks: one panel per task, one curve per
+  scheme (mean over seeds, band min..max), the largest trained size marked.
+
+  Args:
+    frame: the results table; metric: "exact_match" | "token_accuracy".
+
+  Returns:
+    A Figure, or None if the table has no algorithmic rows.
+  """
+  rows = frame[frame["suite"] == "algorithmic"].dropna(subset=[metric])
+  if rows.empty:
+    return None
+  task_col = "task" if "task" in rows else None
+  tasks = sorted(rows[task_col].fillna("").unique()) if task_col else [""]
+  fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), dpi=110, squeeze=False)
+  for ax, task in zip(axes[0], tasks):
+    sub = rows[rows[task_col].fillna("") == task] if task_col else rows
+    _plot_bands(ax, _mean_band(sub, "size", metric))
+    trained = sub.loc[sub["in_distribution"].astype(bool), "size"]
+    if not trained.empty:
+      ax.axvline(trained.max(), color="gray", linestyle="--",
+                 label=f"largest trained size {int(trained.max())}")
+    ax.set_xlabel("instance size")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{task or 'algorithmic'}: {metric.replace('_', ' ')} by size", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+def fig_attention_vs_length(frame):
+  """Attention entropy (with the uniform ceiling) and sink mass vs length per scheme, mean over
+  layers, heads and seeds (band = min..max over seeds): the attention suite's rows.
+
+  Returns:
+    A Figure, or None if the table has no attention rows.
+  """
+  rows = _suite(frame, "attention", None, None)
+  if rows.empty or rows["entropy"].dropna().empty:
+    return None
+  fig, (ax_e, ax_s) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
+  _plot_bands(ax_e, _mean_band(rows, "length", "entropy"))
+  ceiling = rows.dropna(subset=["entropy_uniform"]).groupby("length")["entropy_uniform"].first()
+  ax_e.plot(ceiling.index, ceiling.values, color="black", linestyle=":",
+            label="uniform over visible keys")
+  _plot_bands(ax_s, _mean_band(rows, "length", "sink_mass"))
+  for ax, ylabel in ((ax_e, "attention entropy (nats)"), (ax_s, "attention on the BOS (sink)")):
+    _length_axis(ax, _train_len(rows))
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+  ax_s.set_ylim(0, 1)
+  fig.suptitle("Attention diagnostics vs length (mean over layers, heads, windows, seeds)",
+               fontsize=9)
+  fig.tight_layout()
+  return fig
+
+
+def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
+  """Head-averaged attention maps of one layer, one panel per model, on a log colour scale.
+
+  Args:
+    maps: {label: float [num_layers, num_heads, L, L]} (eval/attention_stats.attention_maps).
+    layer: the layer to show (Python indexing).
+    max_tokens: show at most the first `max_tokens` queries and keys.
+
+  Returns:
+    A Figure.
+  """
+  from matplotlib.colors import LogNorm
+  import numpy as np
+  fig, axes = plt.subplots(1, len(maps), figsize=(4 * len(maps), 3.8), dpi=110, squeeze=False)
+  image = None
+  for ax, (label, m) in zip(axes[0], maps.items()):
+    probs = np.asarray(m[layer]).mean(axis=0)[:max_tokens, :max_tokens]
+    image = ax.imshow(np.where(probs > 0, probs, np.nan), cmap="viridis",
+                      norm=LogNorm(vmin=1e-4, vmax=1), interpolation="nearest")
+    ax.set_title(f"{label}: layer {layer % len(m)}", fontsize=8)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+  fig.colorbar(image, ax=axes, label="attention probability (head mean)", fraction=0.03)
+  return fig

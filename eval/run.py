@@ -29,7 +29,7 @@ from configs import base
 from configs.validate import (OVERRIDE_ERRORS, ConfigError, eval_extensions, eval_lengths,
                               eval_suites, exit_bad_override, mesh_shape, parse_flags)
 from data.tokenizers import get_tokenizer
-from eval import algorithmic, needle, perplexity, plots
+from eval import algorithmic, attention_stats, needle, perplexity, plots
 from models import rope_scaling, sharding
 import train
 
@@ -106,7 +106,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   """Runs the configured suites on a checkpoint of `workdir`, for each configured extension.
 
   Suites are `eval.suites` (ppl_vs_length and loss_by_position come from one pass; passkey and
-  needle from eval/needle.py; algorithmic from eval/algorithmic.py), extensions are
+  needle from eval/needle.py; attention from eval/attention_stats.py; algorithmic from
+  eval/algorithmic.py), extensions are
   `eval.extension` (comma-separated; "none" is the model as trained). Each (suite, extension)
   writes `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
   `_<extension>[_x<eval.factor>]` (`rope_scaling.extension_suffix`; perplexity files then add `_sliding[_s<stride>]` under the sliding
@@ -187,6 +188,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   for suite in ("passkey", "needle"):
     if suite in suites:
       needle.check_suite(config, suite, docs, tokenizer)
+  if "attention" in suites:
+    attention_stats.check_settings(config)
   params, step = train.restore_params(workdir, runs[0][0], runs[0][1], step)
   out_dir = os.path.join(workdir, "eval")
   results = {}
@@ -201,6 +204,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
       results[f"passkey{suffix}"] = needle.run_passkey(*args, docs, tokenizer, suffix)
     if "needle" in suites:
       results[f"needle{suffix}"] = needle.run_needle(*args, docs, tokenizer, suffix)
+    if "attention" in suites:
+      results[f"attention{suffix}"] = attention_stats.run_suite(*args, docs, tokenizer, suffix)
     if "algorithmic" in suites:
       results[f"algorithmic{suffix}"] = algorithmic.run_suite(*args, suffix=suffix)
   if any(k.startswith("ppl_vs_length") for k in results) and jax.process_index() == 0:

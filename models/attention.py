@@ -1,7 +1,8 @@
 """Causal multi-head attention with document (segment) masking and positional-scheme hooks.
 
 The attention module knows nothing of any scheme: it calls `scheme.rotate` on q/k and
-`scheme.bias` for an additive logit bias (models/positions/base.py), then `dot_product_attention`.
+`scheme.bias` for an additive logit bias (models/positions/base.py), then softmax attention
+(`attention_logits` + `attend`, as `dot_product_attention`).
 With `model.attention_impl="pallas"` it instead asks the scheme for a `kernel_spec` and runs the
 fused flash kernel (models/kernels/flash.py), falling back to the XLA path, with a logged reason,
 where the scheme or the layer's options rule the kernel out (see `Attention._kernel_spec`).
@@ -207,13 +208,7 @@ class Attention(nnx.Module):
       [batch, seq, d_model], or ([batch, seq, d_model], the updated KVCache) with a cache.
     """
     b, s, d = x.shape
-    x2 = x.reshape(b * s, d)  # 2-D matmuls are much faster than 3-D einsums on XLA:CPU
-
-    def project(w):
-      w = w[...].astype(self.dtype)
-      return (x2 @ w.reshape(d, -1)).reshape(b, s, w.shape[1], w.shape[2])
-
-    q, k, v = project(self.wq), project(self.wk), project(self.wv)
+    q, k, v = self._project(x)
     if cache is None:
       k_positions, k_segment_ids, q_offset = positions, segment_ids, None
     else:
@@ -229,13 +224,7 @@ class Attention(nnx.Module):
       wo = self.wo[...].astype(self.dtype)
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
-    branches = self.transform.branches(positions, k_positions)
-    rotated = []
-    for br in branches:
-      qr, kr = scheme.rotate(q, k, br.q_positions, br.k_positions, self.layer)
-      if self.logn_train_len:
-        qr = qr * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(qr.dtype)
-      rotated.append((qr, kr))
+    rotated = self._rotate(q, k, positions, k_positions, scheme)
     # Query chunks bound memory to O(seq x chunk) per head; without a cache, causality means
     # chunk [c0, c1) only needs keys [0, c1), which also skips the masked upper triangle.
     chunk = self.chunk if 0 < self.chunk < s else s
@@ -245,33 +234,86 @@ class Attention(nnx.Module):
       c1 = min(c0 + chunk, s)
       k_end = c1 if cache is None else k_len
       offset = None if cache is None else q_offset + c0
-      mask = attention_mask(c1 - c0, k_end, segment_ids[:, c0:c1], k_segment_ids[:, :k_end],
-                            self.window, offset)
-      if len(branches) == 1:
-        (qr, kr), br = rotated[0], branches[0]
-        qc, kc = qr[:, c0:c1], kr[:, :k_end]
-        bias = scheme.bias(br.q_positions[:, c0:c1], br.k_positions[:, :k_end], self.layer,
-                           q=qc, k=kc, mask=mask)
-        outs.append(dot_product_attention(qc, kc, v[:, :k_end], bias=bias, mask=mask))
-        continue
-      distance = (positions[:, c0:c1, None] - k_positions[:, None, :k_end])[:, None]
-      k_pos = k_positions[:, None, None, :k_end]
-      logits, covered = None, None
-      for (qr, kr), br in zip(rotated, branches):
-        qc, kc = qr[:, c0:c1], kr[:, :k_end]
-        branch_logits = attention_logits(qc, kc)
-        bias = scheme.bias(br.q_positions[:, c0:c1], br.k_positions[:, :k_end], self.layer,
-                           q=qc, k=kc, mask=mask)
-        if bias is not None:
-          branch_logits = branch_logits + bias
-        region = br.region(distance, k_pos)
-        logits = branch_logits if logits is None else jnp.where(region, branch_logits, logits)
-        covered = region if covered is None else covered | region
-      outs.append(attend(logits, mask & covered, v[:, :k_end]).astype(q.dtype))
+      logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
+                                  k_segment_ids, c0, c1, k_end, offset)
+      outs.append(attend(logits, mask, v[:, :k_end]).astype(q.dtype))
     out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
     wo = self.wo[...].astype(self.dtype)
     out = (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     return out if cache is None else (out, cache)
+
+  def weights(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
+              scheme: PositionalScheme) -> jax.Array:
+    """This layer's attention probabilities, as the XLA path of `__call__` computes them.
+
+    The same projections, scheme hooks, position transform, window, log-n scaling and masks as
+    `__call__` without a cache, unchunked: memory O(heads x seq^2) (for diagnostics such as
+    eval/attention_stats.py, not for training).
+
+    Args:
+      x: [batch, seq, d_model] (the block's normed input); positions, segment_ids: int32
+        [batch, seq].
+      scheme: the model's positional scheme.
+
+    Returns:
+      float32 [batch, heads, seq (query), seq (key)]; each row sums to 1 over the keys it may
+      attend to and is exactly 0 elsewhere (masked keys).
+    """
+    s = x.shape[1]
+    q, k, _ = self._project(x)
+    rotated = self._rotate(q, k, positions, positions, scheme)
+    logits, mask = self._logits(rotated, scheme, positions, positions, segment_ids, segment_ids,
+                                0, s, s, None)
+    probs = jax.nn.softmax(jnp.where(mask, logits, jnp.finfo(jnp.float32).min), axis=-1)
+    return jnp.where(mask, probs, 0.0)
+
+  def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q, k, v [batch, seq, heads, head_dim] in the compute dtype from x [batch, seq, d_model]."""
+    b, s, d = x.shape
+    x2 = x.reshape(b * s, d)  # 2-D matmuls are much faster than 3-D einsums on XLA:CPU
+
+    def project(w):
+      w = w[...].astype(self.dtype)
+      return (x2 @ w.reshape(d, -1)).reshape(b, s, w.shape[1], w.shape[2])
+
+    return project(self.wq), project(self.wk), project(self.wv)
+
+  def _rotate(self, q, k, positions, k_positions, scheme):
+    """[(q, k) rotated by the scheme, and its branch] per branch of the position transform,
+    queries log-n scaled when configured."""
+    out = []
+    for br in self.transform.branches(positions, k_positions):
+      qr, kr = scheme.rotate(q, k, br.q_positions, br.k_positions, self.layer)
+      if self.logn_train_len:
+        qr = qr * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(qr.dtype)
+      out.append((qr, kr, br))
+    return out
+
+  def _logits(self, rotated, scheme, positions, k_positions, segment_ids, k_segment_ids,
+              c0: int, c1: int, k_end: int, offset):
+    """float32 logits [batch, heads, c1 - c0, k_end] of queries [c0, c1) against keys
+    [0, k_end), scheme bias included, and the bool mask they hold under: causal (from
+    `offset` with a cache), the document, this layer's window and, with several branches of
+    the position transform, each logit taken from the branch whose region holds it."""
+    mask = attention_mask(c1 - c0, k_end, segment_ids[:, c0:c1], k_segment_ids[:, :k_end],
+                          self.window, offset)
+    logits, covered = None, None
+    if len(rotated) > 1:
+      distance = (positions[:, c0:c1, None] - k_positions[:, None, :k_end])[:, None]
+      k_pos = k_positions[:, None, None, :k_end]
+    for qr, kr, br in rotated:
+      qc, kc = qr[:, c0:c1], kr[:, :k_end]
+      branch_logits = attention_logits(qc, kc)
+      bias = scheme.bias(br.q_positions[:, c0:c1], br.k_positions[:, :k_end], self.layer,
+                         q=qc, k=kc, mask=mask)
+      if bias is not None:
+        branch_logits = branch_logits + bias
+      if len(rotated) == 1:
+        return branch_logits, mask
+      region = br.region(distance, k_pos)
+      logits = branch_logits if logits is None else jnp.where(region, branch_logits, logits)
+      covered = region if covered is None else covered | region
+    return logits, mask & covered
 
   # ---- fused kernel (model.attention_impl="pallas"; models/kernels/flash.py) ----
   def _kernel_spec(self, scheme: PositionalScheme, positions: jax.Array,

@@ -163,6 +163,28 @@ class Decoder(nnx.Module):
     seq = tokens.shape[1]
     return logits, [c.replace(index=c.index + seq) for c in cache]
 
+  def attention_statistics(self, tokens: jax.Array, positions: jax.Array,
+                           segment_ids: jax.Array, reduce) -> list:
+    """`reduce(probs)` of every layer's attention probabilities on one forward pass.
+
+    Args:
+      tokens, positions, segment_ids: int32 [batch, seq].
+      reduce: a function of one layer's float32 probabilities [batch, heads, seq (query),
+        seq (key)] (`Attention.weights`: masked keys exactly 0), e.g. entropies per query; it
+        runs layer by layer, so only one layer's [heads, seq, seq] is alive at a time.
+
+    Returns:
+      [reduce(probs of layer 0), ..., reduce(probs of layer num_layers - 1)].
+    """
+    x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
+    x = self.position.embed(x, positions)
+    out = []
+    for block in self.blocks:
+      h = block.attn_norm(x).astype(self.dtype)
+      out.append(reduce(block.attention.weights(h, positions, segment_ids, self.position)))
+      x = block(x, positions, segment_ids, self.position)
+    return out
+
   def _forward(self, tokens, positions, segment_ids, cache):
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
     x = self.position.embed(x, positions)

@@ -7,7 +7,7 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
 
   <study>/results.parquet, results.csv
       one row per run x suite x length x extension (x protocol for the perplexity suites):
-      run, scheme, seed, train_len, num_params, the config fields that vary between runs
+      run, scheme, seed, train_len, task ("" for text), num_params, the config fields that vary between runs
       (`cfg.<dotted field>`), the final losses, then per result suite, extension,
       extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file and
       per length:
@@ -20,6 +20,10 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
                           {depth: accuracy} of the length's cells
         algorithmic       size (length = the example's tokens, multiplier = size / the largest
                           trained size), exact_match, token_accuracy, examples, in_distribution
+        attention         length, multiplier, entropy (nats) and sink_mass (means over layers,
+                          heads, queries and windows), entropy_uniform (the uniform-attention
+                          ceiling), windows, skipped, detail = JSON {entropy_by_layer,
+                          sink_mass_by_layer}
       If a run holds one result (same suite, extension, factor, protocol, stride) at several
       checkpoint steps, the latest step is kept.
   <study>/summary.csv (and printed)
@@ -51,7 +55,8 @@ from sweeps.workdirs import read_results
 SUMMARY_MULTIPLIERS = (1, 2, 4, 8, 16)
 STANDARD_FIELDS = {"model.position.kind": "scheme", "seed": "seed", "data.train_len": "train_len",
                    "model.num_layers": "num_layers", "model.d_model": "d_model",
-                   "model.num_heads": "num_heads", "train.num_steps": "num_steps"}
+                   "model.num_heads": "num_heads", "train.num_steps": "num_steps",
+                   "data.task.name": "task"}
 MANIFEST = "study.json"
 
 
@@ -123,6 +128,14 @@ def _result_rows(result: dict, train_len: int) -> list[dict[str, Any]]:
                    "max_length_passing": result.get("max_length_passing"),
                    "threshold": result.get("threshold"),
                    "detail": json.dumps(by_length.get(r["length"], {}), sort_keys=True)})
+  elif suite == "attention":
+    for r in result.get("rows", []):
+      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
+                   "entropy": r.get("entropy"), "sink_mass": r.get("sink_mass"),
+                   "entropy_uniform": r.get("entropy_uniform"), "windows": r.get("windows"),
+                   "skipped": r.get("skipped"),
+                   "detail": json.dumps({k: r[k] for k in ("entropy_by_layer", "sink_mass_by_layer")
+                                         if k in r})})
   elif suite == "algorithmic":
     top = result.get("train_max_size") or 1
     for r in result.get("rows", []):

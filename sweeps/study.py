@@ -74,7 +74,7 @@ PPL_SUITES = ("ppl_vs_length", "loss_by_position")  # one eval pass writes both
 # passkey/needle/algorithmic results differ), and fields that change no result at all.
 PPL_ONLY_FIELDS = ("protocol", "stride", "position_bins", "max_tokens_per_length", "split")
 NO_RESULT_FIELDS = ("suites", "extension", "batch_tokens")
-RETRIEVAL_SECTIONS = ("passkey", "needle")
+SUITE_SECTIONS = ("passkey", "needle", "attention")  # eval.<suite> settings sections
 
 
 class StudyError(ConfigError):
@@ -357,17 +357,17 @@ def _settings(config: ml_collections.ConfigDict, key: ResultKey) -> str:
     drop |= {"factor", "window"}
   if key.suite not in PPL_SUITES:
     drop |= set(PPL_ONLY_FIELDS)
-  drop |= {s for s in RETRIEVAL_SECTIONS if s != key.suite}
+  drop |= {s for s in SUITE_SECTIONS if s != key.suite}
   return json.dumps({k: v for k, v in e.items() if k not in drop}, sort_keys=True, default=str)
 
 
 def train_results(config: ml_collections.ConfigDict) -> list[ResultKey]:
   """The results train.py's final evaluation writes for `config` (the model as trained):
-  ppl_vs_length and loss_by_position, and passkey / needle when eval.suites names them; for an
-  algorithmic task run, the algorithmic suite alone."""
+  ppl_vs_length and loss_by_position, and passkey / needle / attention when eval.suites names
+  them; for an algorithmic task run, the algorithmic suite alone."""
   if config.data.task.name:
     return [make_key("algorithmic", "none", 1.0, None, None)]
-  retrieval = [s for s in ("passkey", "needle") if s in eval_suites(config)]
+  retrieval = [s for s in ("passkey", "needle", "attention") if s in eval_suites(config)]
   return [make_key(s, "none", 1.0, config.eval.protocol, config.eval.stride)
           for s in (*PPL_SUITES, *retrieval)]
 
