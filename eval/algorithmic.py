@@ -38,7 +38,6 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import matplotlib
 import numpy as np
 from flax import nnx
 from tqdm import tqdm
@@ -47,13 +46,12 @@ from configs.validate import ConfigError
 from data import tasks
 from data.tasks import dataset
 from data.tokenizers import ByteTokenizer, get_tokenizer
-from eval.files import atomic_write, write_json
+from eval import plots
+from eval.files import write_json
 from eval.perplexity import batch_parallelism
 from models import rope_scaling
 from models.sharding import batch_sharding, replicated
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 SUITE = "algorithmic"
 BUCKET = 32  # evaluation rows are right-padded to a multiple of this many tokens
@@ -228,7 +226,7 @@ def plot(result: dict, path: str) -> None:
     path: output .png path (written atomically).
   """
   rows = [r for r in result["rows"] if r["exact_match"] is not None]
-  fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+  fig, ax = plots.subplots(figsize=(6, 4), dpi=120)
   ax.plot([r["size"] for r in rows], [r["exact_match"] for r in rows], marker="o", markersize=3,
           label="exact match")
   ax.plot([r["size"] for r in rows], [r["token_accuracy"] for r in rows], linestyle="--",
@@ -249,8 +247,7 @@ def plot(result: dict, path: str) -> None:
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
-  plt.close(fig)
+  plots.save_png(fig, path)
 
 
 def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str = "") -> dict:

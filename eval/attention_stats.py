@@ -251,7 +251,8 @@ def attention_maps(graphdef: nnx.GraphDef, params, window: dict[str, np.ndarray]
 
 
 def load_checkpoint(workdir: str, step: int | None = None):
-  """(config, spec, params, step) of a run's checkpoint, on this process's devices.
+  """(config, spec, mesh, params, step) of a run's checkpoint, data-parallel over this
+  process's devices.
 
   Args:
     workdir: a training run's directory (config.json and checkpoints/).
@@ -261,13 +262,15 @@ def load_checkpoint(workdir: str, step: int | None = None):
     ConfigError: no config.json or no checkpoint (train.load_run_config / restore_params).
   """
   import ml_collections
+
   import train  # here: train imports this module
   from models import sharding
   config = train.load_run_config(workdir)
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
-  spec = train.model_spec(config, sharding.make_mesh(config.mesh, jax.devices()))
+  mesh = sharding.make_mesh(config.mesh, jax.devices())
+  spec = train.model_spec(config, mesh)
   params, step = train.restore_params(workdir, config, spec, step)
-  return config, spec, params, step
+  return config, spec, mesh, params, step
 
 
 def window_for(config, length: int, document: int = 0) -> dict[str, np.ndarray]:
@@ -289,5 +292,52 @@ def window_for(config, length: int, document: int = 0) -> dict[str, np.ndarray]:
 
 
 __all__ = ["attention_by_length", "attention_entropy", "attention_maps", "check_settings",
-           "length_statistics", "load_checkpoint", "make_stats_fn", "run_suite", "sink_mass",
-           "uniform_entropy", "window_for"]
+           "checkpoint_table", "length_statistics", "load_checkpoint", "make_stats_fn",
+           "run_suite", "sink_mass", "uniform_entropy", "window_for"]
+
+
+def checkpoint_table(workdirs: Sequence[str], length_multipliers: Sequence[float] = (
+    0.5, 1.0, 2.0, 4.0, 8.0), windows: int = 4, step: int | None = None):
+  """Attention entropy and sink mass vs length of several checkpoints, as rows of a study's
+  results table (sweeps/collect.py, suite "attention"), for side-by-side plots
+  (eval.plots.fig_attention_vs_length) without running the suite into the workdirs.
+
+  Args:
+    workdirs: training run folders (config.json and a checkpoint each).
+    length_multipliers: evaluation lengths as multiples of each run's train_len.
+    windows: held-out documents (windows) per length.
+    step: checkpoint step of every run; None = each run's latest.
+
+  Returns:
+    pandas DataFrame: one row per run x length: run (folder name), scheme, seed, train_len,
+    suite ("attention"), extension ("none"), step, length, multiplier, entropy, sink_mass,
+    entropy_uniform, windows, skipped.
+
+  Raises:
+    ConfigError: a folder without config.json or checkpoint, or windows < 1.
+  """
+  import pandas as pd
+
+  import train
+  from data.tokenizers import get_tokenizer
+  if windows < 1:
+    raise ConfigError(f"windows must be >= 1 (documents per length); got {windows}")
+  records = []
+  for workdir in workdirs:
+    config, spec, mesh, params, got_step = load_checkpoint(workdir, step)
+    config.eval.length_multipliers = tuple(float(m) for m in length_multipliers)
+    skip, reason = train.skipped_lengths(config, spec)
+    docs = train.load_splits(config)[config.eval.split]
+    rows = attention_by_length(make_stats_fn(spec.graphdef, mesh), params, docs,
+                               get_tokenizer(config.data.tokenizer), eval_lengths(config),
+                               windows=windows, num_heads=config.model.num_heads,
+                               skip={L: reason for L in skip})
+    for row in rows:
+      records.append({"run": os.path.basename(os.path.normpath(workdir)),
+                      "scheme": config.model.position.kind, "seed": config.seed,
+                      "train_len": config.data.train_len, "suite": "attention",
+                      "extension": "none", "step": got_step, "length": row["length"],
+                      "multiplier": row["length"] / config.data.train_len,
+                      **{k: row.get(k) for k in ("entropy", "sink_mass", "entropy_uniform",
+                                                 "windows", "skipped")}})
+  return pd.DataFrame.from_records(records)

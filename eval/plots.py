@@ -1,14 +1,22 @@
-"""PNG figures from the JSON results (matplotlib, Agg backend)."""
+"""PNG figures from the JSON results and from a study's results table (matplotlib).
+
+Figures are `matplotlib.figure.Figure` objects made without pyplot: no global figure state, no
+backend to choose (PNG through Agg), and a notebook shows a returned figure once.
+"""
 
 from __future__ import annotations
 
 import matplotlib
+from matplotlib import ticker
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import ticker  # noqa: E402
+from eval.files import atomic_write
 
-from eval.files import atomic_write  # noqa: E402
+
+def subplots(*args, figsize: tuple[float, float], dpi: int, **kwargs):
+  """(Figure, axes) like `pyplot.subplots`, without pyplot's global state."""
+  fig = Figure(figsize=figsize, dpi=dpi)
+  return fig, fig.subplots(*args, **kwargs)
 
 
 def curve_label(result: dict) -> str:
@@ -33,7 +41,7 @@ def plot_ppl_vs_length(results: dict | list[dict], path: str) -> None:
   """
   results = [results] if isinstance(results, dict) else list(results)
   result = results[0]
-  fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+  fig, ax = subplots(figsize=(6, 4), dpi=120)
   for one in results:
     rows = [r for r in one["rows"] if r.get("ppl") is not None]
     ax.plot([r["length"] for r in rows], [r["ppl"] for r in rows], marker="o",
@@ -71,7 +79,7 @@ def plot_loss_by_position(result: dict, path: str) -> None:
       optionally "scheme", "protocol", "stride", "split" and "step".
     path: output .png path (written atomically).
   """
-  fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+  fig, ax = subplots(figsize=(6, 4), dpi=120)
   for row in result["rows"]:
     bins = [b for b in row.get("bins", []) if b.get("nll") is not None and b["tokens"] > 0]
     if not bins:
@@ -112,9 +120,9 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   lengths, depths = result["lengths"], result["depths"]
   acc = np.array([[np.nan if a is None else a for a in row] for row in result["accuracy"]],
                  dtype=float).reshape(len(lengths), len(depths)).T  # [depth, length]
-  fig, ax = plt.subplots(figsize=(max(5.5, 1.6 + 0.8 * len(lengths)), 1.8 + 0.3 * len(depths)),
+  fig, ax = subplots(figsize=(max(5.5, 1.6 + 0.8 * len(lengths)), 1.8 + 0.3 * len(depths)),
                          dpi=120)
-  cmap = plt.get_cmap("RdYlGn").copy()
+  cmap = matplotlib.colormaps["RdYlGn"].copy()
   cmap.set_bad("#d9d9d9")
   image = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
   for i in range(len(depths)):
@@ -152,7 +160,7 @@ def plot_attention_statistics(result: dict, path: str) -> None:
     path: output .png path (written atomically).
   """
   rows = [r for r in result["rows"] if not r.get("skipped")]
-  fig, (ax_e, ax_s) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+  fig, (ax_e, ax_s) = subplots(1, 2, figsize=(10, 4), dpi=120)
   lengths = [r["length"] for r in rows]
   layers = len(rows[0]["entropy_by_layer"]) if rows else 0
   for layer in range(layers):
@@ -184,18 +192,25 @@ def _length_axis(ax, train_len: int | None) -> None:
   ax.grid(True, which="both", alpha=0.3)
 
 
+def _log_ppl_axis(ax) -> None:
+  """Log perplexity axis labelled at 1, 2 and 5 times powers of ten."""
+  ax.set_yscale("log")
+  ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+  ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+  ax.set_ylabel("perplexity (per token)")
+
+
 def save_png(fig, path: str) -> None:
-  """Writes `fig` as a PNG to `path` atomically and closes it."""
+  """Writes `fig` as a PNG to `path` atomically."""
   atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
-  plt.close(fig)
 
 
 def png_bytes(fig) -> bytes:
-  """`fig` as PNG bytes (for an HTML report); closes it."""
+  """`fig` as PNG bytes (for an HTML report)."""
   import io
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png")
-  plt.close(fig)
   return buffer.getvalue()
 
 
@@ -292,13 +307,10 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
   if rows.empty:
     return None
-  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
   _plot_bands(ax, _mean_band(rows, "length", "ppl"))
   _length_axis(ax, _train_len(rows))
-  ax.set_yscale("log")
-  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
-  ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%.3g"))
-  ax.set_ylabel("perplexity (per token)")
+  _log_ppl_axis(ax)
   ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, band = min..max",
                fontsize=9)
   ax.legend(fontsize=7, ncol=2)
@@ -317,14 +329,12 @@ def fig_extensions(frame, protocol: str = "non_overlapping"):
   extended = sorted(rows.loc[rows["extension"].fillna("none") != "none", "scheme"].unique())
   if not extended:
     return None
-  fig, axes = plt.subplots(1, len(extended), figsize=(6 * len(extended), 4.5), dpi=110,
+  fig, axes = subplots(1, len(extended), figsize=(6 * len(extended), 4.5), dpi=110,
                            squeeze=False)
   for ax, scheme in zip(axes[0], extended):
     _plot_bands(ax, _mean_band(rows[rows["scheme"] == scheme], "length", "ppl"))
     _length_axis(ax, _train_len(rows))
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
-    ax.set_ylabel("perplexity (per token)")
+    _log_ppl_axis(ax)
     ax.set_title(f"{scheme}: eval-time extensions ({protocol})", fontsize=9)
     ax.legend(fontsize=7)
   fig.tight_layout()
@@ -361,7 +371,7 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
                      "nll": b["nll"]})
   if not bins:
     return None
-  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
   _plot_bands(ax, _mean_band(pd.DataFrame(bins).assign(scheme=lambda d: d["label"]), "x", "nll"))
   _length_axis(ax, _train_len(rows))
   ax.set_xlabel("context tokens (position in window + 1)")
@@ -375,7 +385,7 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
 def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None = None):
   """The study summary (sweeps.collect.summarize: per scheme x extension x protocol, over seeds:
   ppl at 1x..16x train_len, extrapolation ratio ppl(8x)/ppl(1x), passkey length reached, final
-  validation loss), sorted by `sort_by` (ascending; missing values last).
+  validation loss), sorted by `sort_by` (ascending, stable; missing values last).
 
   Raises:
     KeyError: `sort_by` is not a column of the summary (the message lists them).
@@ -387,7 +397,7 @@ def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None
   if sort_by not in summary.columns:
     raise KeyError(f"sort_by={sort_by!r} is not a summary column; choose one of "
                    f"{list(summary.columns)}")
-  return summary.sort_values(sort_by, na_position="last").reset_index(drop=True)
+  return summary.sort_values(sort_by, na_position="last", kind="stable").reset_index(drop=True)
 
 
 def _depth_grid(rows):
@@ -428,9 +438,9 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
     return None
   cols = min(3, len(grids))
   nrows = -(-len(grids) // cols)
-  fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), dpi=110,
+  fig, axes = subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), dpi=110,
                            squeeze=False)
-  cmap = plt.get_cmap("RdYlGn").copy()
+  cmap = matplotlib.colormaps["RdYlGn"].copy()
   cmap.set_bad("#d9d9d9")
   train_len = _train_len(rows)
   image = None
@@ -462,7 +472,7 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   bands = _mean_band(rows, "length", "accuracy") if not rows.empty else {}
   if not bands:
     return None
-  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
   _plot_bands(ax, bands)
   _length_axis(ax, _train_len(rows))
   ax.set_ylim(-0.02, 1.02)
@@ -488,7 +498,7 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
     return None
   task_col = "task" if "task" in rows else None
   tasks = sorted(rows[task_col].fillna("").unique()) if task_col else [""]
-  fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), dpi=110, squeeze=False)
+  fig, axes = subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), dpi=110, squeeze=False)
   for ax, task in zip(axes[0], tasks):
     sub = rows[rows[task_col].fillna("") == task] if task_col else rows
     _plot_bands(ax, _mean_band(sub, "size", metric))
@@ -516,7 +526,7 @@ def fig_attention_vs_length(frame):
   rows = _suite(frame, "attention", None, None)
   if rows.empty or rows["entropy"].dropna().empty:
     return None
-  fig, (ax_e, ax_s) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
+  fig, (ax_e, ax_s) = subplots(1, 2, figsize=(11, 4.5), dpi=110)
   _plot_bands(ax_e, _mean_band(rows, "length", "entropy"))
   ceiling = rows.dropna(subset=["entropy_uniform"]).groupby("length")["entropy_uniform"].first()
   ax_e.plot(ceiling.index, ceiling.values, color="black", linestyle=":",
@@ -546,7 +556,7 @@ def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
   """
   from matplotlib.colors import LogNorm
   import numpy as np
-  fig, axes = plt.subplots(1, len(maps), figsize=(4 * len(maps), 3.8), dpi=110, squeeze=False)
+  fig, axes = subplots(1, len(maps), figsize=(4 * len(maps), 3.8), dpi=110, squeeze=False)
   image = None
   for ax, (label, m) in zip(axes[0], maps.items()):
     probs = np.asarray(m[layer]).mean(axis=0)[:max_tokens, :max_tokens]
@@ -557,3 +567,30 @@ def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
     ax.set_ylabel("query position")
   fig.colorbar(image, ax=axes, label="attention probability (head mean)", fraction=0.03)
   return fig
+
+
+def study_figures(frame) -> list[tuple[str, str, object]]:
+  """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length
+  per protocol (models as trained, then with eval-time extensions beside their base scheme),
+  loss by position at the longest length, passkey / needle heatmap grids and accuracy vs
+  length, attention diagnostics, algorithmic accuracy by size. eval/report.py embeds them."""
+  protocols = [p for p in ("non_overlapping", "sliding")
+               if ((frame["suite"] == "ppl_vs_length") & (frame.get("protocol") == p)).any()]
+  figures = []
+  for p in protocols:
+    figures += [(f"ppl_vs_length_{p}", f"Perplexity vs length per scheme ({p} windows)",
+                 fig_ppl_vs_length(frame, p)),
+                (f"extensions_{p}", f"Eval-time extensions beside their base scheme ({p})",
+                 fig_extensions(frame, p)),
+                (f"loss_by_position_{p}", f"Loss by token position at the longest length ({p})",
+                 fig_loss_by_position(frame, protocol=p))]
+  for suite in ("passkey", "needle"):
+    figures += [(f"{suite}_heatmaps", f"{suite}: accuracy by length and depth, every scheme",
+                 fig_retrieval_grid(frame, suite)),
+                (f"{suite}_vs_length", f"{suite}: accuracy vs length",
+                 fig_accuracy_vs_length(frame, suite))]
+  figures += [("attention_vs_length", "Attention entropy and sink mass vs length",
+               fig_attention_vs_length(frame)),
+              ("algorithmic", "Algorithmic tasks: exact match by instance size",
+               fig_algorithmic(frame))]
+  return [(i, caption, fig) for i, caption, fig in figures if fig is not None]

@@ -147,7 +147,12 @@ def test_attention_suite_end_to_end(text_corpus, tmp_path):
   assert att["entropy"].between(0, 5).all() and att["sink_mass"].between(0, 1).all()
   assert json.loads(att.iloc[0]["detail"])["entropy_by_layer"]
 
-  config, spec, params, step = attention_stats.load_checkpoint(workdir)
+  table = attention_stats.checkpoint_table([workdir], (0.5, 1.0, 2.0), windows=3)
+  assert list(table["length"]) == [16, 32, 64] and set(table["scheme"]) == {"rope"}
+  np.testing.assert_allclose(table["entropy"], [r["entropy"] for r in rows], rtol=1e-6)
+  np.testing.assert_allclose(table["sink_mass"], [r["sink_mass"] for r in rows], rtol=1e-6)
+
+  config, spec, _, params, step = attention_stats.load_checkpoint(workdir)
   window = attention_stats.window_for(config, 32)
   maps = attention_stats.attention_maps(spec.graphdef, params, window)
   assert step == 4 and maps.shape == (2, 4, 32, 32)

@@ -1,0 +1,148 @@
+"""One HTML page with every figure and table of a study: `python -m eval.report <root>/<study>`.
+
+Reads the study's results table (`results.parquet`, else `results.csv`; collecting the study
+folder first with sweeps.collect if it has neither), draws every figure of
+`eval.plots.study_figures` (the ones the notebooks show) as embedded PNG images, and adds the
+summary table (sweeps.collect.summarize; click a column header to sort) and the runs. The page
+needs no other file, so it can be mailed or attached as is.
+
+  python -m eval.report workdirs/sweeps/pe_extrapolation_cpu        # -> <study>/report.html
+  python -m eval.report results/pe_extrapolation_cpu.parquet --out=/tmp/report.html
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import os
+import sys
+
+import pandas as pd
+from absl import app, flags
+
+from configs.validate import ConfigError
+from eval import plots
+from eval.files import atomic_write
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "output .html path (default: <study>/report.html, or "
+                    "<table stem>_report.html beside a results file)")
+
+# Click-to-sort for the summary table (no library: the page must stand alone).
+SORT_SCRIPT = """
+<script>
+document.querySelectorAll("table.sortable th").forEach((th, col) => {
+  th.style.cursor = "pointer";
+  th.addEventListener("click", () => {
+    const body = th.closest("table").tBodies[0];
+    const asc = th.dataset.asc !== "1"; th.dataset.asc = asc ? "1" : "0";
+    const key = r => { const t = r.cells[col].innerText; const n = parseFloat(t);
+                       return isNaN(n) ? t : n; };
+    [...body.rows].sort((a, b) => { const x = key(a), y = key(b);
+        return (x > y ? 1 : x < y ? -1 : 0) * (asc ? 1 : -1); })
+      .forEach(r => body.appendChild(r));
+  });
+});
+</script>
+"""
+
+
+def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
+  """The results table at `path` and the study's name.
+
+  Args:
+    path: a study folder (<root>/<study>) or a results .parquet / .csv file.
+
+  Raises:
+    ConfigError: nothing there, or a folder with neither a table nor a run to collect.
+  """
+  from sweeps import collect
+  if os.path.isdir(path):
+    name = os.path.basename(os.path.normpath(path))
+    try:
+      return plots.read_table(path), name
+    except FileNotFoundError:
+      return collect.collect(path), name  # raises CollectError (a ConfigError) if empty
+  if not os.path.isfile(path) or not path.endswith((".parquet", ".csv")):
+    raise ConfigError(f"{path}: expected a study folder (<root>/<study>) or a results "
+                      ".parquet / .csv file")
+  frame = plots.read_table(path)
+  name = str(frame["study"].iloc[0]) if "study" in frame and len(frame) else \
+      os.path.splitext(os.path.basename(path))[0]
+  return frame, name
+
+
+def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
+  """The HTML page of a results table and the ids of the figures it embeds.
+
+  Every figure is `<figure id="fig-<id>"><img alt="<id>" src="data:image/png;base64,...">`.
+  """
+  from sweeps.collect import summarize
+  figures = plots.study_figures(frame)
+  parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+           "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}"
+           "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+           "padding:2px 6px;text-align:right}img{max-width:100%}</style></head><body>",
+           f"<h1>{html.escape(title)}</h1>",
+           f"<p>{frame['run'].nunique()} runs, {len(frame)} result rows; schemes: "
+           f"{html.escape(', '.join(sorted(map(str, frame['scheme'].dropna().unique()))))}. "
+           f"Generated {datetime.datetime.now():%Y-%m-%d %H:%M} by python -m eval.report.</p>",
+           "<h2>Contents</h2><ul>"]
+  parts += [f"<li><a href='#fig-{i}'>{html.escape(c)}</a></li>" for i, c, _ in figures]
+  parts.append("<li><a href='#summary'>Summary table</a></li><li><a href='#runs'>Runs</a></li>"
+               "</ul>")
+  for i, caption, fig in figures:
+    data = base64.b64encode(plots.png_bytes(fig)).decode("ascii")
+    parts.append(f"<figure id='fig-{i}'><img alt='{i}' src='data:image/png;base64,{data}'>"
+                 f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+  summary = summarize(frame) if (frame["suite"].isin(["ppl_vs_length", "passkey"])).any() \
+      else pd.DataFrame()
+  parts.append("<h2 id='summary'>Summary (mean and sample std over seeds; click a header to "
+               "sort)</h2>")
+  parts.append(summary.to_html(index=False, float_format="{:.4g}".format, na_rep="",
+                               classes="sortable") if not summary.empty else
+               "<p>No perplexity or passkey results.</p>")
+  run_cols = [c for c in ("run", "scheme", "seed", "train_len", "task", "num_params",
+                          "final_step", "final_train_loss", "final_val_loss") if c in frame]
+  parts.append("<h2 id='runs'>Runs</h2>")
+  parts.append(frame.drop_duplicates("run")[run_cols].to_html(
+      index=False, float_format="{:.4g}".format, na_rep="", classes="sortable"))
+  parts.append(SORT_SCRIPT + "</body></html>")
+  return "\n".join(parts), [i for i, _, _ in figures]
+
+
+def write_report(path: str, out: str | None = None) -> tuple[str, list[str]]:
+  """Writes the report of the study or table at `path` (see `load_study_table`) to `out`
+  atomically; returns (the output path, the figure ids).
+
+  Raises:
+    ConfigError: see `load_study_table`.
+  """
+  frame, name = load_study_table(path)
+  if out is None:
+    out = (os.path.join(path, "report.html") if os.path.isdir(path)
+           else os.path.splitext(path)[0] + "_report.html")
+  page, ids = build_report(frame, f"Study {name}")
+
+  def write(tmp):
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.write(page)
+  atomic_write(out, write)
+  return out, ids
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError("usage: python -m eval.report <root>/<study> | <results.parquet|csv> "
+                         "[--out=report.html]")
+  try:
+    out, ids = write_report(argv[1], FLAGS.out)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  print(f"wrote {out} ({len(ids)} figures: {', '.join(ids)})")
+
+
+if __name__ == "__main__":
+  app.run(main)

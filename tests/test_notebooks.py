@@ -1,0 +1,135 @@
+"""The notebooks run top to bottom (nbclient, headless) on a small study table made here, and
+`python -m eval.report` writes one HTML page holding every figure."""
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import jax
+import nbformat
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+
+import train
+from eval import plots, report
+from sweeps import collect
+from tests.conftest import tiny_config
+from tests.fake_study import GROWTH, write_fake_study
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = ("extrapolation", "retrieval", "algorithmic", "attention")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> str:
+  """The synthetic study folder, collected into results.parquet / results.csv."""
+  folder = write_fake_study(str(tmp_path_factory.mktemp("study")))
+  collect.main(["collect", folder])
+  return folder
+
+
+def run_notebook(name: str, parameters: str, tmp_path) -> nbformat.NotebookNode:
+  """Executes notebooks/<name>.ipynb with its first (parameters) cell replaced; returns it."""
+  nb = nbformat.read(os.path.join(REPO, "notebooks", f"{name}.ipynb"), as_version=4)
+  assert "parameters" in nb.cells[0].metadata.get("tags", [])
+  assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+      f"{name}.ipynb is stored with outputs"
+  nb.cells[0].source += "\n" + parameters
+  NotebookClient(nb, timeout=600, kernel_name="python3",
+                 resources={"metadata": {"path": os.path.join(REPO, "notebooks")}}).execute()
+  nbformat.write(nb, str(tmp_path / f"{name}.ipynb"))
+  return nb
+
+
+def images(nb) -> int:
+  return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+             for o in c.outputs)
+
+
+def test_figures_follow_the_table(study):
+  frame = plots.read_table(study)
+  figure = plots.fig_ppl_vs_length(frame)
+  lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+  for scheme, growth in GROWTH.items():  # mean over seeds 0 and 1: 4.05 x growth per doubling
+    assert list(lines[scheme].get_ydata()) == pytest.approx(
+        [4.05, 4.05, 4.05 * growth, 4.05 * growth ** 2, 4.05 * growth ** 3])
+  assert "rope + yarn x4" not in lines
+  assert "rope + yarn x4" in {l.get_label() for l in plots.fig_extensions(frame).axes[0].get_lines()}
+  summary = plots.summary_table(frame)
+  # ppl(8x) / ppl(1x): alibi 1, rope + YaRN 1, none 1.5^3, rope 2^3
+  assert list(zip(summary["scheme"], summary["extension"])) == [
+      ("alibi", "none"), ("rope", "yarn"), ("none", "none"), ("rope", "none")]
+  assert list(summary["ratio_8x_1x_mean"]) == pytest.approx([1.0, 1.0, 3.375, 8.0])
+  with pytest.raises(KeyError, match="not a summary column"):
+    plots.summary_table(frame, "no_such_column")
+  grid = plots.fig_retrieval_grid(frame)
+  assert [a.get_title() for a in grid.axes[:4]] == ["alibi", "none", "rope", "rope + yarn x4"]
+  assert plots.fig_algorithmic(frame).axes[0].get_title().startswith("copy")
+  assert plots.fig_retrieval_grid(frame, "needle") is None  # no needle results
+
+
+def test_report_embeds_every_figure(study, tmp_path):
+  out = str(tmp_path / "report.html")
+  result = subprocess.run([sys.executable, "-m", "eval.report", study, f"--out={out}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr
+  with open(out) as f:
+    page = f.read()
+  want = ["ppl_vs_length_non_overlapping", "extensions_non_overlapping",
+          "loss_by_position_non_overlapping", "passkey_heatmaps", "passkey_vs_length",
+          "attention_vs_length", "algorithmic"]
+  assert f"({len(want)} figures: {', '.join(want)})" in result.stdout
+  for fig_id in want:
+    match = re.search(rf"<figure id='fig-{fig_id}'><img alt='{fig_id}' "
+                      r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'>", page)
+    assert match, fig_id
+    assert base64.b64decode(match.group(1))[:8] == b"\x89PNG\r\n\x1a\n"
+  assert page.count("<figure") == len(want)
+  assert "class=\"dataframe sortable\"" in page and "ratio_8x_1x_mean" in page
+  # A study folder without a table is collected first; a bad path is one line, exit 2.
+  bare = shutil.copytree(study, str(tmp_path / "bare"),
+                         ignore=shutil.ignore_patterns("results.*", "summary.csv"))
+  path, ids = report.write_report(bare)
+  assert path == os.path.join(bare, "report.html") and ids == want
+  bad = subprocess.run([sys.executable, "-m", "eval.report", str(tmp_path / "nothing.txt")],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
+  assert len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name,figures", [("extrapolation", 3), ("retrieval", 2),
+                                          ("algorithmic", 1)])
+def test_table_notebooks_run_headless(name, figures, study, tmp_path):
+  nb = run_notebook(name, f"RESULTS = {os.path.join(study, 'results.parquet')!r}", tmp_path)
+  assert images(nb) == figures
+
+
+def test_attention_notebook_runs_on_checkpoints(study, text_corpus, tmp_path):
+  workdirs = []
+  for kind in ("alibi", "rope"):
+    c = tiny_config(text_corpus, kind)
+    c.train.num_steps = 2
+    c.train.checkpoint_every_steps = 2
+    workdirs.append(str(tmp_path / kind))
+    train.train_and_evaluate(c, workdirs[-1], devices=jax.devices()[:1])
+  nb = run_notebook("attention", f"RESULTS = {os.path.join(study, 'results.csv')!r}\n"
+                    f"WORKDIRS = {workdirs!r}\nLENGTH_MULTIPLIERS = (0.5, 1.0, 2.0)\n"
+                    "WINDOWS = 2", tmp_path)
+  assert images(nb) == 3  # the table's figure, the checkpoints' figure, the maps
+  table_output = nb.cells[4].outputs[0]["data"]["text/plain"]
+  assert "alibi" in table_output and "rope" in table_output
+
+
+def test_notebooks_run_on_the_committed_study_results(tmp_path):
+  """The README's claim: each notebook runs top to bottom on results/pe_extrapolation_cpu.*."""
+  committed = os.path.join(REPO, "results", "pe_extrapolation_cpu.parquet")
+  if not os.path.exists(committed):
+    pytest.skip("results/pe_extrapolation_cpu.parquet is not committed yet")
+  frame = pd.read_parquet(committed)
+  assert frame["run"].nunique() >= 9
+  for name in NOTEBOOKS:
+    run_notebook(name, "WORKDIRS = []", tmp_path)
