@@ -240,6 +240,9 @@ def main(argv):
       if name.startswith("ppl_vs_length") and row.get("nll") is not None:
         print(f"  length {row['length']:>6}: ppl {row['ppl']:.4f}, "
               f"{row['bits_per_byte']:.4f} bits/byte ({row['tokens']} tokens)")
+      elif name.startswith("attention") and not row.get("skipped"):
+        print(f"  length {row['length']:>6}: attention entropy {row['entropy']:.3f} nats "
+              f"(uniform {row['entropy_uniform']:.3f}), sink mass {row['sink_mass']:.3f}")
     if "max_length_passing" in result:
       print(f"  largest length with accuracy >= {result.get('threshold')}: "
             f"{result['max_length_passing']}")

@@ -11,7 +11,10 @@ distribution). Every run is evaluated at 0.5x..16x train_len (128..4096 tokens) 
   - perplexity with sliding windows of stride L/2 (eval.protocol=sliding, eval.stride=0): one
     `python -m eval.run` pass per run after training;
   - for RoPE, the eval-time extensions PI and YaRN at factors 4 and 16 (perplexity and passkey):
-    two more eval.run passes.
+    two more eval.run passes;
+  - attention entropy and sink mass per layer and head at every length, on 4 held-out documents
+    (eval.suites=attention, eval/attention_stats.py): one more eval.run pass per run (under a
+    minute), for notebooks/attention.ipynb and the report.
 Each perplexity pass also gives the loss by token position.
 
 Launch, resume (the same command) and collect:
@@ -52,15 +55,16 @@ ROPE_FACTORS = (4.0, 16.0)
 
 def points() -> list[dict]:
   """Every (seed, scheme) run, evaluated as configured (non-overlapping perplexity and passkey,
-  by train.py), plus its sliding-window evaluation point, plus RoPE's PI/YaRN evaluation
-  points."""
+  by train.py), plus its sliding-window and attention-diagnostics evaluation points, plus RoPE's
+  PI/YaRN evaluation points."""
   runs = cross(SEEDS, product(**{"model.position.kind": list(SCHEMES)}))
   sliding = cross(runs, [{"eval.protocol": "sliding", "eval.stride": 0,
                           "eval.suites": "ppl_vs_length,loss_by_position"}])
+  attention = cross(runs, [{"eval.suites": "attention", "eval.attention.windows": 4}])
   rope = [r for r in runs if r["model.position.kind"] == "rope"]
   extended = cross(rope, product(**{"eval.extension": [ROPE_EXTENSIONS],
                                     "eval.factor": list(ROPE_FACTORS)}))
-  return runs + sliding + extended
+  return runs + sliding + attention + extended
 
 
 STUDY = Study(
