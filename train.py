@@ -20,7 +20,10 @@ import hashlib
 import json
 import math
 import os
+import shutil
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -192,8 +195,13 @@ def loss_sum(params, graphdef, batch, pad_id: int):
   return (perplexity.token_nll(logits, batch["targets"]) * weights).sum(), weights.sum()
 
 
-def train_step(state, batch, *, graphdef, tx, pad_id: int, grad_accum_steps: int = 1):
+def train_step(state, batch, *, graphdef, tx, pad_id: int, grad_accum_steps: int = 1,
+               skip_nonfinite: bool = False):
   """One optimizer step: state {params, opt_state, step} -> new state, scalar metrics.
+
+  Metrics: loss (mean NLL, nats per token), grad_norm, nonfinite (1.0 when the loss or the
+  gradient norm is NaN/inf, else 0.0). With `skip_nonfinite` such a step leaves params and
+  opt_state unchanged (the step counter still advances past the batch).
 
   The loss is the token-weighted mean NLL over the whole batch. With grad_accum_steps > 1 the
   batch is processed as that many microbatches (rows i, i + n, i + 2n, ... form microbatch i, so
@@ -219,9 +227,78 @@ def train_step(state, batch, *, graphdef, tx, pad_id: int, grad_accum_steps: int
   count = jnp.maximum(count, 1.0)
   grads = jax.tree.map(lambda g: g / count, grads)
   updates, opt_state = tx.update(grads, state["opt_state"], params)
-  params = optax.apply_updates(params, updates)
-  metrics = {"loss": total / count, "grad_norm": optax.tree.norm(grads)}
-  return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
+  new_params = optax.apply_updates(params, updates)
+  loss, grad_norm = total / count, optax.tree.norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  if skip_nonfinite:
+    keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+    new_params = jax.tree.map(keep, new_params, params)
+    opt_state = jax.tree.map(keep, opt_state, state["opt_state"])
+  metrics = {"loss": loss, "grad_norm": grad_norm,
+             "nonfinite": jnp.logical_not(finite).astype(jnp.float32)}
+  return {"params": new_params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
+
+
+@jax.jit
+def _note_nonfinite(first: jax.Array, skipped: jax.Array, nonfinite: jax.Array, step: jax.Array):
+  """(first non-finite step so far or -1, non-finite steps so far) after `step` (int32 scalars;
+  on device, so the loop never waits for the host)."""
+  bad = nonfinite > 0
+  return jnp.where((first < 0) & bad, step, first), skipped + bad.astype(jnp.int32)
+
+
+class NonFiniteLossError(FloatingPointError):
+  """Training produced a NaN/inf loss or gradient (train.skip_nonfinite_batches=False)."""
+
+
+def restore_latest(mngr: ocp.CheckpointManager, workdir: str, restore) -> tuple[Any, int | None]:
+  """Restores the newest checkpoint that can be read, falling back past unreadable ones.
+
+  A checkpoint that fails to restore (files truncated, corrupted or missing after it was
+  committed) is moved, not deleted, to `<workdir>/checkpoints_unreadable/<step>` so that training
+  can write that step again, and a warning names it and the step resumed from. Orbax commits a
+  checkpoint by renaming its temporary folder, so a save cut by a kill is never a step here.
+
+  Args:
+    mngr: the run's checkpoint manager.
+    workdir: the run's directory.
+    restore: step -> restored checkpoint (raises if unreadable).
+
+  Returns:
+    (restored, step), or (None, None) when there is no checkpoint.
+
+  Raises:
+    ConfigError: checkpoints exist but none can be restored (all are left in place).
+  """
+  steps = sorted(mngr.all_steps(), reverse=True)
+  failures = []
+  for step in steps:
+    try:
+      restored = restore(step)
+    except Exception as e:  # noqa: BLE001 -- any reader error means "this step is unreadable"
+      failures.append((step, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
+      continue
+    if failures:
+      moved = os.path.join(workdir, "checkpoints_unreadable")
+      if jax.process_index() == 0:
+        os.makedirs(moved, exist_ok=True)
+        for bad, _ in failures:
+          target = os.path.join(moved, str(bad))
+          if os.path.exists(target):
+            target += f".{int(time.time())}"
+          shutil.move(os.path.join(mngr.directory, str(bad)), target)
+      if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("moved unreadable checkpoints")
+      for bad, error in failures:
+        print(f"warning: the checkpoint at step {bad} could not be restored ({error}); resuming "
+              f"from the checkpoint at step {step}; step {bad} was moved to {moved}/",
+              file=sys.stderr)
+    return restored, step
+  if failures:
+    raise ConfigError(f"no checkpoint in {mngr.directory} can be restored: "
+                      + "; ".join(f"step {s}: {e}" for s, e in failures))
+  return None, None
 
 
 # ---------------------------------------------------------------------------- FLOPs and MFU
@@ -549,14 +626,15 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   # --- state: resume from the latest checkpoint, else initialise
   shardings = state_shardings(tx, spec, mesh)
   mngr = checkpoint_manager(workdir, config)
-  latest = mngr.latest_step()
+  abstract = abstract_with_shardings(
+      {"params": spec.abstract_params, "opt_state": jax.eval_shape(tx.init, spec.abstract_params),
+       "step": jax.ShapeDtypeStruct((), jnp.int32)}, shardings)
+  restored, latest = restore_latest(mngr, workdir, lambda s: mngr.restore(
+      s, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                 data=grain.checkpoint.CheckpointRestore(train_iter))))
   if latest is not None:
-    abstract = abstract_with_shardings(
-        {"params": spec.abstract_params, "opt_state": jax.eval_shape(tx.init, spec.abstract_params),
-         "step": jax.ShapeDtypeStruct((), jnp.int32)}, shardings)
-    restored = mngr.restore(latest, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract),
-        data=grain.checkpoint.CheckpointRestore(train_iter)))
+    mngr.close()
+    mngr = checkpoint_manager(workdir, config)  # sees the steps moved aside, if any
     state = restored["state"]
     print(f"resumed from the checkpoint at step {latest} in {workdir}")
     if is_chief:
@@ -576,7 +654,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   batch_sharding = sharding.batch_sharding(mesh)
   step_fn = jax.jit(
       functools.partial(train_step, graphdef=spec.graphdef, tx=tx, pad_id=tokenizer.pad_id,
-                        grad_accum_steps=t.grad_accum_steps),
+                        grad_accum_steps=t.grad_accum_steps,
+                        skip_nonfinite=t.skip_nonfinite_batches),
       in_shardings=(shardings, batch_sharding),
       out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
   nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
@@ -624,38 +703,87 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   bar = tqdm(total=t.num_steps, initial=step, desc="train", disable=not is_chief,
              dynamic_ncols=True)
   interval_start, interval_steps = time.perf_counter(), 0
-  while step < last_step:
-    batch = next(train_iter)
-    batch = {k: jax.make_array_from_process_local_data(batch_sharding, v) for k, v in batch.items()}
-    state, metrics = step_fn(state, batch)
-    step += 1
-    interval_steps += 1
-    bar.update(1)
-    if step % t.log_every_steps == 0 or step == last_step:
-      metrics = jax.device_get(metrics)  # the only host sync of the loop
-      elapsed = time.perf_counter() - interval_start
-      step_time = elapsed / interval_steps
-      record = {"step": step, "loss": float(metrics["loss"]),
-                "perplexity": math.exp(min(float(metrics["loss"]), 50.0)),
-                "grad_norm": float(metrics["grad_norm"]), "learning_rate": float(schedule_lr(step - 1)),
-                "step_time_s": step_time,
-                "tokens_per_s": config.data.batch_size * config.data.train_len / step_time,
-                "mfu": flops_per_step / step_time / peak}
-      if not math.isfinite(record["loss"]):
-        raise FloatingPointError(f"loss is {record['loss']} at step {step}; last checkpoint: "
-                                 f"{mngr.latest_step()}")
-      log(record)
-      bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-      interval_start, interval_steps = time.perf_counter(), 0
-    if t.eval_every_steps and step % t.eval_every_steps == 0 and step < t.num_steps:
-      record = validation_record(step, state["params"])
-      bar.write(f"step {step}: validation loss {record['val_loss']:.4f} "
-                f"{'nats/answer token' if task else 'nats/byte'}"
-                + (f"; passkey answer digits {record['val_passkey_answer_nll']:.3f} nats "
-                   f"(chance {math.log(10):.3f})" if answer_windows is not None else ""))
-      interval_start, interval_steps = time.perf_counter(), 0
-    if step % t.checkpoint_every_steps == 0 or step == last_step:
-      save(step)
+  first_bad = jnp.asarray(-1, jnp.int32)  # first non-finite step (device scalar), -1 = none
+  skipped = jnp.asarray(0, jnp.int32)  # non-finite steps (skipped when skip_nonfinite_batches)
+
+  def check_finite(at_step: int) -> int:
+    """Non-finite steps so far; raises NonFiniteLossError unless they are skipped."""
+    bad, count = (int(x) for x in jax.device_get((first_bad, skipped)))
+    if bad >= 0 and not t.skip_nonfinite_batches:
+      bar.close()
+      good = mngr.latest_step()
+      mngr.wait_until_finished()
+      close_outputs()
+      raise NonFiniteLossError(
+          f"non-finite loss or gradient at step {bad} (stopped at step {at_step}, nothing saved "
+          f"after it); last good checkpoint: "
+          + (f"step {good} in {mngr.directory}" if good is not None else "none")
+          + "; rerun resumes from it (lower train.learning_rate, or set "
+          "train.skip_nonfinite_batches=True to skip such batches)")
+    return count
+
+  # Preemption: SIGTERM saves a checkpoint at the current step and ends the process with status
+  # 0 (the next start resumes). Several processes agree on the step through JAX's preemption
+  # sync point (Orbax reached_preemption), which handles the signal itself.
+  preempted = threading.Event()
+  own_handler = jax.process_count() == 1 and threading.current_thread() is threading.main_thread()
+  previous_handler = (signal.signal(signal.SIGTERM, lambda *_: preempted.set())
+                      if own_handler else None)
+  try:
+    while step < last_step:
+      batch = next(train_iter)
+      batch = {k: jax.make_array_from_process_local_data(batch_sharding, v)
+               for k, v in batch.items()}
+      state, metrics = step_fn(state, batch)
+      step += 1
+      first_bad, skipped = _note_nonfinite(first_bad, skipped, metrics["nonfinite"], step)
+      interval_steps += 1
+      bar.update(1)
+      if step % t.log_every_steps == 0 or step == last_step:
+        metrics = jax.device_get(metrics)  # the only host sync of the loop
+        nonfinite_steps = check_finite(step)
+        elapsed = time.perf_counter() - interval_start
+        step_time = elapsed / interval_steps
+        loss = float(metrics["loss"])
+        record = {"step": step, "loss": loss if math.isfinite(loss) else None,
+                  "perplexity": math.exp(min(loss, 50.0)) if math.isfinite(loss) else None,
+                  "grad_norm": float(metrics["grad_norm"]),
+                  "learning_rate": float(schedule_lr(step - 1)),
+                  "step_time_s": step_time,
+                  "tokens_per_s": config.data.batch_size * config.data.train_len / step_time,
+                  "mfu": flops_per_step / step_time / peak}
+        if t.skip_nonfinite_batches:
+          record["skipped_batches"] = nonfinite_steps
+          record["grad_norm"] = record["grad_norm"] if math.isfinite(record["grad_norm"]) else None
+        log(record)
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        interval_start, interval_steps = time.perf_counter(), 0
+      if t.eval_every_steps and step % t.eval_every_steps == 0 and step < t.num_steps:
+        check_finite(step)
+        record = validation_record(step, state["params"])
+        bar.write(f"step {step}: validation loss {record['val_loss']:.4f} "
+                  f"{'nats/answer token' if task else 'nats/byte'}"
+                  + (f"; passkey answer digits {record['val_passkey_answer_nll']:.3f} nats "
+                     f"(chance {math.log(10):.3f})" if answer_windows is not None else ""))
+        interval_start, interval_steps = time.perf_counter(), 0
+      stop = (preempted.is_set() if own_handler else
+              jax.process_count() > 1 and mngr.reached_preemption(step))
+      if step % t.checkpoint_every_steps == 0 or step == last_step or stop:
+        check_finite(step)  # never save non-finite parameters over good ones
+        save(step)
+      if stop:
+        break
+  finally:
+    if own_handler:
+      signal.signal(signal.SIGTERM, previous_handler)
+  if preempted.is_set() or (step < last_step):
+    bar.close()
+    mngr.wait_until_finished()
+    mngr.close()
+    close_outputs()
+    print(f"preempted (SIGTERM) at step {step} of {t.num_steps}: checkpoint saved in "
+          f"{mngr.directory}; run again to resume")
+    return {"step": step, "preempted": True}
   bar.close()
   mngr.wait_until_finished()
   mngr.close()
@@ -822,6 +950,9 @@ def main(argv):
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  except NonFiniteLossError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.eval_tokens = 32768  # tokens scored per validation (held-out document prefixes).
   c.train.checkpoint_every_steps = 500  # periodic checkpoint interval, steps (a final one always).
   c.train.max_to_keep = 2  # checkpoints kept.
+  c.train.skip_nonfinite_batches = False  # a batch whose loss or gradients are NaN/inf: False =
+                                          # stop (naming the step and the last good checkpoint);
+                                          # True = leave the parameters unchanged and go on.
   c.train.peak_flops_per_device = 0.0  # FLOP/s for MFU; 0 = measure a large matmul at start-up.
 
   # ---------------------------------------------------------------- device mesh

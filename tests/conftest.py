@@ -52,3 +52,16 @@ def tiny_config(text_glob: str, kind: str = "alibi"):
   c.eval.batch_tokens = 256
   c.mesh.data = 1
   return c
+
+
+def write_config_file(path: str, config) -> str:
+  """Writes a `--config` file whose get_config() returns `config`: configs/base.py with the
+  fields where `config` differs assigned (for train.py and the launcher run as processes)."""
+  from sweeps import study as study_lib
+  default = base.get_config()
+  fields = {p: study_lib.get_field(config, p) for p in study_lib.leaf_paths(config)
+            if study_lib.get_field(config, p) != study_lib.get_field(default, p)}
+  with open(path, "w") as f:
+    f.write("from configs import base\n\n\ndef get_config():\n  c = base.get_config()\n"
+            + "".join(f"  c.{p} = {v!r}\n" for p, v in fields.items()) + "  return c\n")
+  return path

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import tiny_config
+from conftest import tiny_config, write_config_file
 from configs import base
 from configs.validate import ConfigError
 from sweeps import collect, launch, study as study_lib, workdirs
@@ -237,15 +237,10 @@ def write_mini_study(folder, text_glob: str, *, more: bool) -> str:
   with seeds 0 and 1. `more` adds an evaluation point, seed 1 with YaRN (x2), and a run whose
   corpus glob matches nothing (train.py fails on it, after the launcher's checks)."""
   tiny = tiny_config(text_glob, "rope")
-  default = base.get_config()
-  fields = {p: study_lib.get_field(tiny, p) for p in study_lib.leaf_paths(tiny)
-            if study_lib.get_field(tiny, p) != study_lib.get_field(default, p)}
-  fields.update({"train.num_steps": 4, "train.checkpoint_every_steps": 4,
-                 "eval.length_multipliers": (1.0, 2.0), "eval.max_tokens_per_length": 256})
-  config = os.path.join(folder, "tiny_config.py")
-  with open(config, "w") as f:
-    f.write("from configs import base\n\n\ndef get_config():\n  c = base.get_config()\n"
-            + "".join(f"  c.{p} = {v!r}\n" for p, v in fields.items()) + "  return c\n")
+  tiny.train.num_steps = tiny.train.checkpoint_every_steps = 4
+  tiny.eval.length_multipliers = (1.0, 2.0)
+  tiny.eval.max_tokens_per_length = 256
+  config = write_config_file(os.path.join(folder, "tiny_config.py"), tiny)
   extra = ('\n    {"seed": 1, "eval.extension": "yarn", "eval.factor": 2.0},'
            '\n    {"seed": 2, "data.text_glob": "/nonexistent/*.txt"},') if more else ""
   path = os.path.join(folder, f"mini_{'more' if more else 'first'}.py")
