@@ -301,6 +301,26 @@ def restore_latest(mngr: ocp.CheckpointManager, workdir: str, restore) -> tuple[
   return None, None
 
 
+def initial_state(config, spec: ModelSpec, tx, shardings) -> dict:
+  """A fresh training state {params, opt_state, step = 0} in `shardings` (seed config.seed)."""
+  params = init_params(config, spec)
+  opt_state = jax.jit(tx.init, out_shardings=shardings["opt_state"])(params)
+  return {"params": params, "opt_state": opt_state,
+          "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"])}
+
+
+def make_step_fn(config, spec: ModelSpec, tx, shardings, mesh, pad_id: int):
+  """The jitted `train_step` of `config`: (state, batch) -> (state, metrics), state donated,
+  batch sharded over ("data", "fsdp"), metrics replicated."""
+  t = config.train
+  return jax.jit(
+      functools.partial(train_step, graphdef=spec.graphdef, tx=tx, pad_id=pad_id,
+                        grad_accum_steps=t.grad_accum_steps,
+                        skip_nonfinite=t.skip_nonfinite_batches),
+      in_shardings=(shardings, sharding.batch_sharding(mesh)),
+      out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
+
+
 # ---------------------------------------------------------------------------- FLOPs and MFU
 
 
@@ -609,7 +629,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         train_docs, tokenizer,
         train_len=config.data.train_len, batch_size=process_batch,
         seed=config.data.shuffle_seed, process_index=jax.process_index(),
-        process_count=jax.process_count(), sampler=sampler))
+        process_count=jax.process_count(), sampler=sampler,
+        prefetch=config.data.get("prefetch_batches", 4)))
     val_windows = pipeline.document_windows(
         docs["validation"], tokenizer, config.data.train_len,
         -(-t.eval_tokens // max(1, len(docs["validation"]))))
@@ -640,10 +661,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if is_chief:
       truncate_metrics(os.path.join(workdir, "metrics.jsonl"), latest)
   else:
-    params = init_params(config, spec)
-    opt_state = jax.jit(tx.init, out_shardings=shardings["opt_state"])(params)
-    state = {"params": params, "opt_state": opt_state,
-             "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"])}
+    state = initial_state(config, spec, tx, shardings)
   step = int(state["step"])
 
   def save(step: int):
@@ -652,12 +670,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
   # --- compiled functions
   batch_sharding = sharding.batch_sharding(mesh)
-  step_fn = jax.jit(
-      functools.partial(train_step, graphdef=spec.graphdef, tx=tx, pad_id=tokenizer.pad_id,
-                        grad_accum_steps=t.grad_accum_steps,
-                        skip_nonfinite=t.skip_nonfinite_batches),
-      in_shardings=(shardings, batch_sharding),
-      out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
+  step_fn = make_step_fn(config, spec, tx, shardings, mesh, tokenizer.pad_id)
   nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
   eval_batch = max(1, config.eval.batch_tokens // config.data.train_len)
 

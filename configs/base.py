@@ -28,6 +28,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.train_len = 256  # training context length, tokens.
   c.data.batch_size = 16  # global batch, sequences per step; divisible by mesh data * fsdp.
   c.data.shuffle_seed = 0  # seed of the window shuffle (independent of c.seed).
+  c.data.prefetch_batches = 4  # training batches read ahead by a background thread; 0 = none.
   # Training-time position-id transform, for any scheme (evaluation always uses true positions).
   c.data.position_sampler = ml_collections.ConfigDict()
   c.data.position_sampler.kind = "none"  # "none" | "randomized" (Ruoss et al.) | "pose" (Zhu et al.).

@@ -123,6 +123,10 @@ def validate(config, num_devices: int) -> None:
                       f"got {config.eval.max_tokens_per_length}")
   if m.global_every and not m.sliding_window:
     raise ConfigError("model.global_every only applies with model.sliding_window > 0")
+  prefetch = config.data.get("prefetch_batches", 4)
+  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    raise ConfigError(f"data.prefetch_batches must be an integer >= 0 (0 = no read-ahead); "
+                      f"got {prefetch!r}")
   if not isinstance(t.warmup_steps, int) or t.warmup_steps < 0:
     raise ConfigError(f"train.warmup_steps must be an integer >= 0; got {t.warmup_steps!r}")
   if t.warmup_steps > t.num_steps:

@@ -112,8 +112,8 @@ def test_attention_notebook_runs_on_checkpoints(study, text_corpus, tmp_path):
   workdirs = []
   for kind in ("alibi", "rope"):
     c = tiny_config(text_corpus, kind)
-    c.train.num_steps = 2
-    c.train.checkpoint_every_steps = 2
+    c.train.num_steps = c.train.checkpoint_every_steps = 2
+    c.eval.length_multipliers = (1.0,)
     workdirs.append(str(tmp_path / kind))
     train.train_and_evaluate(c, workdirs[-1], devices=jax.devices()[:1])
   nb = run_notebook("attention", f"RESULTS = {os.path.join(study, 'results.csv')!r}\n"

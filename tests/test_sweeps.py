@@ -138,10 +138,12 @@ def test_points_group_into_runs_and_evaluation_points():
   # train.py gives non-overlapping perplexity and passkey; eval.run the sliding pass.
   assert [k.suite for k in alibi.train_results] == ["ppl_vs_length", "loss_by_position",
                                                     "passkey"]
-  [sliding] = alibi.evals
+  sliding, attention = alibi.evals
   assert dict(sliding.overrides)["eval.protocol"] == "sliding"
   assert dict(sliding.overrides)["eval.suites"] == "ppl_vs_length,loss_by_position"
-  assert len(rope.evals) == 3 and len(rope.results) == 3 + 2 + 2 * 2 * 3
+  assert dict(attention.overrides)["eval.suites"] == "attention"
+  # train.py 3, sliding 2, attention 1, {pi, yarn} x {4, 16} x (ppl, loss by position, passkey)
+  assert len(rope.evals) == 4 and len(rope.results) == 3 + 2 + 1 + 2 * 2 * 3
   # Two evaluation points asking for one result with different settings are refused.
   conflict = Study("c", "configs/alibi_tiny.py", lambda: [
       {"seed": 0}, {"seed": 0, "eval.max_tokens_per_length": 100}])
@@ -190,7 +192,7 @@ def test_local_dry_run_lists_every_run(dry_runs):
   assert len(train) == 18 and all("--config=configs/passkey_tiny.py" in l for l in train)
   rope = f"--workdir={root}/pe_extrapolation_cpu/kind=rope,seed=1,shuffle_seed=1"
   assert any(rope in l and "--config.model.position.kind=rope" in l for l in train)
-  assert sum(" -m eval.run " in l for l in lines) == 18 + 2 * 2
+  assert sum(" -m eval.run " in l for l in lines) == 18 + 18 + 2 * 2  # sliding, attention, rope
   assert not os.path.exists(os.path.join(root, "pe_extrapolation_cpu"))  # nothing written
 
 
@@ -224,7 +226,7 @@ def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
   assert "module load cuda/12.4" in script
   assert "pip install --quiet -e" in script and "flock" in script
   srun = [l for l in script.splitlines() if l.startswith("srun --nodes=2 --ntasks-per-node=1")]
-  assert len(srun) == 2 and " train.py --config=configs/passkey_tiny.py" in srun[0]
+  assert len(srun) == 3 and " train.py --config=configs/passkey_tiny.py" in srun[0]
   assert f"--workdir={workdir} " in srun[0] and " -m eval.run " in srun[1]
   assert f"sbatch {workdir}/slurm.sbatch" in script
 
