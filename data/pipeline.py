@@ -195,7 +195,7 @@ def packed_windows(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToke
 def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteTokenizer, *, train_len: int,
                   batch_size: int, seed: int, process_index: int = 0,
                   process_count: int = 1,
-                  sampler: PositionSampler | None = None, prefetch: int = 4) -> grain.IterDataset:
+                  sampler: PositionSampler | None = None, prefetch: int | None = 4) -> grain.IterDataset:
   """Infinite, shuffled, batched training data for this process.
 
   `docs` are text documents, tokenized documents, or the training split of a prepared corpus
@@ -208,8 +208,9 @@ def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToken
   process's index and the example's index in the repeated stream, so resumption reproduces them
   and every epoch draws afresh; evaluation data never goes through it. `prefetch` batches are
   read ahead by one background thread (grain ReadOptions; 0 = read in the caller's thread):
-  one thread, not grain's default 16, because the batches are numpy slices of memory and extra
-  threads only contend for the GIL and the cores XLA computes on (bench/train_throughput.py).
+  the batches are numpy slices of memory, so one thread keeps next() under a millisecond, and
+  grain's default (None here: 16 threads, 500 batches ahead) measured up to 4% slower per step
+  on 2 CPU cores (bench/RESULTS.md, "Training throughput").
 
   Returns:
     A grain `IterDataset` of dicts of int32 `[batch_size, train_len]` arrays (see module doc);
@@ -228,6 +229,8 @@ def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToken
   if sampler is not None:
     ds = ds.map_with_index(functools.partial(sampler.apply, stream=process_index))
   ds = ds.batch(batch_size, drop_remainder=True)
+  if prefetch is None:
+    return ds.to_iter_dataset()
   return ds.to_iter_dataset(grain.ReadOptions(num_threads=1 if prefetch > 0 else 0,
                                               prefetch_buffer_size=max(prefetch, 1)))
 

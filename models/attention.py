@@ -225,19 +225,30 @@ class Attention(nnx.Module):
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
     rotated = self._rotate(q, k, positions, k_positions, scheme)
-    # Query chunks bound memory to O(seq x chunk) per head; without a cache, causality means
-    # chunk [c0, c1) only needs keys [0, c1), which also skips the masked upper triangle.
+    # Query chunks bound memory to O(seq x chunk) per head. Without a cache and with seq a
+    # multiple of the chunk they run one after another in `lax.map` against all keys (XLA keeps
+    # the logits of every chunk of an unrolled loop alive at once: bench/eval_memory.py);
+    # otherwise an unrolled loop where chunk [c0, c1) only needs keys [0, c1) (or the cache).
     chunk = self.chunk if 0 < self.chunk < s else s
     k_len = k.shape[1]
-    outs = []
-    for c0 in range(0, s, chunk):
-      c1 = min(c0 + chunk, s)
-      k_end = c1 if cache is None else k_len
-      offset = None if cache is None else q_offset + c0
-      logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
-                                  k_segment_ids, c0, c1, k_end, offset)
-      outs.append(attend(logits, mask, v[:, :k_end]).astype(q.dtype))
-    out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+    if cache is None and chunk < s and s % chunk == 0:
+      def one_chunk(c0):
+        logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
+                                    k_segment_ids, c0, chunk, s, c0)
+        return attend(logits, mask, v).astype(q.dtype)  # [batch, chunk, heads, head_dim]
+
+      out = jax.lax.map(one_chunk, jnp.arange(0, s, chunk, dtype=jnp.int32))
+      out = out.transpose(1, 0, 2, 3, 4).reshape(b, s, *out.shape[3:])
+    else:
+      outs = []
+      for c0 in range(0, s, chunk):
+        c1 = min(c0 + chunk, s)
+        k_end = c1 if cache is None else k_len
+        offset = None if cache is None else q_offset + c0
+        logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
+                                    k_segment_ids, c0, c1 - c0, k_end, offset)
+        outs.append(attend(logits, mask, v[:, :k_end]).astype(q.dtype))
+      out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
     wo = self.wo[...].astype(self.dtype)
     out = (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     return out if cache is None else (out, cache)
@@ -290,21 +301,23 @@ class Attention(nnx.Module):
     return out
 
   def _logits(self, rotated, scheme, positions, k_positions, segment_ids, k_segment_ids,
-              c0: int, c1: int, k_end: int, offset):
-    """float32 logits [batch, heads, c1 - c0, k_end] of queries [c0, c1) against keys
-    [0, k_end), scheme bias included, and the bool mask they hold under: causal (from
-    `offset` with a cache), the document, this layer's window and, with several branches of
-    the position transform, each logit taken from the branch whose region holds it."""
-    mask = attention_mask(c1 - c0, k_end, segment_ids[:, c0:c1], k_segment_ids[:, :k_end],
+              c0, length: int, k_end: int, offset):
+    """float32 logits [batch, heads, length, k_end] of queries [c0, c0 + length) against keys
+    [0, k_end), scheme bias included, and the bool mask they hold under: causal (by index from
+    `offset`, the first query's slot, when given), the document, this layer's window and, with
+    several branches of the position transform, each logit taken from the branch whose region
+    holds it. `c0` may be traced (a chunk index inside `lax.map`)."""
+    rows = lambda x: jax.lax.dynamic_slice_in_dim(x, c0, length, axis=1)  # noqa: E731
+    mask = attention_mask(length, k_end, rows(segment_ids), k_segment_ids[:, :k_end],
                           self.window, offset)
     logits, covered = None, None
     if len(rotated) > 1:
-      distance = (positions[:, c0:c1, None] - k_positions[:, None, :k_end])[:, None]
+      distance = (rows(positions)[:, :, None] - k_positions[:, None, :k_end])[:, None]
       k_pos = k_positions[:, None, None, :k_end]
     for qr, kr, br in rotated:
-      qc, kc = qr[:, c0:c1], kr[:, :k_end]
+      qc, kc = rows(qr), kr[:, :k_end]
       branch_logits = attention_logits(qc, kc)
-      bias = scheme.bias(br.q_positions[:, c0:c1], br.k_positions[:, :k_end], self.layer,
+      bias = scheme.bias(rows(br.q_positions), br.k_positions[:, :k_end], self.layer,
                          q=qc, k=kc, mask=mask)
       if bias is not None:
         branch_logits = branch_logits + bias
