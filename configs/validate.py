@@ -359,6 +359,14 @@ def exit_bad_override(error: Exception, argv: list[str]):
     except (ValueError, SyntaxError):
       pass
   detail = "; ".join(line.strip() for line in detail.splitlines() if line.strip())
+  if detail.startswith("flag --config.") and ": (" in detail:
+    try:  # absl wraps a parser's ValueError args as a tuple: ('Non-boolean argument ...', 'x')
+      head, _, tail = detail.partition(": ")
+      parts = ast.literal_eval(tail)
+      if isinstance(parts, tuple) and all(isinstance(p, str) for p in parts):
+        detail = f"{head}: {parts[0]}: {', '.join(map(repr, parts[1:]))}"
+    except (ValueError, SyntaxError):
+      pass
   overrides = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
   prefix = (f"a --config override does not match the config ({', '.join(overrides)}): "
             if overrides and not detail.startswith("flag --config.") else "")

@@ -64,9 +64,11 @@ def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
       return plots.read_table(path), name
     except FileNotFoundError:
       return collect.collect(path), name  # raises CollectError (a ConfigError) if empty
+  if not os.path.exists(path):
+    raise ConfigError(f"{path} does not exist; expected a study folder (<root>/<study>) or a "
+                      "results .parquet / .csv file")
   if not os.path.isfile(path) or not path.endswith((".parquet", ".csv")):
-    raise ConfigError(f"{path}: expected a study folder (<root>/<study>) or a results "
-                      ".parquet / .csv file")
+    raise ConfigError(f"{path} is not a study folder or a results .parquet / .csv file")
   frame = plots.read_table(path)
   name = str(frame["study"].iloc[0]) if "study" in frame and len(frame) else \
       os.path.splitext(os.path.basename(path))[0]
@@ -134,8 +136,9 @@ def write_report(path: str, out: str | None = None) -> tuple[str, list[str]]:
 
 def main(argv):
   if len(argv) != 2:
-    raise app.UsageError("usage: python -m eval.report <root>/<study> | <results.parquet|csv> "
-                         "[--out=report.html]")
+    print("error: usage: python -m eval.report <root>/<study> | <results.parquet|csv> "
+          f"[--out=report.html]; got {len(argv) - 1} arguments", file=sys.stderr)
+    sys.exit(2)
   try:
     out, ids = write_report(argv[1], FLAGS.out)
   except ConfigError as e:

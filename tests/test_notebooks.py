@@ -98,7 +98,10 @@ def test_report_embeds_every_figure(study, tmp_path):
   bad = subprocess.run([sys.executable, "-m", "eval.report", str(tmp_path / "nothing.txt")],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
   assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
-  assert len(bad.stderr.strip().splitlines()) == 1
+  assert len(bad.stderr.strip().splitlines()) == 1 and "does not exist" in bad.stderr
+  bare_call = subprocess.run([sys.executable, "-m", "eval.report"], cwd=REPO, capture_output=True,
+                             text=True, timeout=600)
+  assert bare_call.returncode == 2 and len(bare_call.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name,figures", [("extrapolation", 3), ("retrieval", 2),
