@@ -4,10 +4,17 @@ import glob
 import os
 import shutil
 import sys
+import tempfile
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8").strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# One persistent compilation cache per test session, shared by the xdist workers: many tests
+# compile the same tiny-model programs (cache keys are the programs, so results are unchanged).
+# Removed when the session ends, unless the caller chose the folder.
+SESSION_CACHE = os.path.join(tempfile.gettempdir(), "pe_sweeps_test_jax_cache", str(os.getpid()))
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SESSION_CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import pytest  # noqa: E402
 
@@ -65,3 +72,9 @@ def write_config_file(path: str, config) -> str:
     f.write("from configs import base\n\n\ndef get_config():\n  c = base.get_config()\n"
             + "".join(f"  c.{p} = {v!r}\n" for p, v in fields.items()) + "  return c\n")
   return path
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """The controller (not an xdist worker) removes the session's compilation cache."""
+  if not hasattr(session.config, "workerinput"):
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
