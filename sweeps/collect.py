@@ -191,10 +191,16 @@ def collect(study_dir: str) -> pd.DataFrame:
 
 
 def _seedless(columns: Iterable[str]) -> list[str]:
-  """Run-level columns that define a configuration apart from seeds (the summary's groups)."""
+  """Run-level columns that define a configuration apart from seeds (the summary's groups).
+
+  `cfg.eval.*` fields are left out: they are the settings of train.py's own final evaluation, and
+  what an evaluation did is in its rows (extension, extension_factor, protocol, stride); a field
+  added to the eval config after some runs trained (absent from their config.json) must not split
+  one configuration's seeds into two groups.
+  """
   return [c for c in columns if c in ("scheme", "train_len", "num_params", "num_layers", "d_model",
                                       "num_heads", "num_steps")
-          or (c.startswith("cfg.") and not c.endswith("seed"))]
+          or (c.startswith("cfg.") and not c.endswith("seed") and not c.startswith("cfg.eval."))]
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 (run, resume, a failing run), the tpu/slurm dry runs, and the collected table."""
 
 import concurrent.futures
+import json
 import os
 import shutil
 import subprocess
@@ -321,3 +322,24 @@ def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tm
   assert len(back) == len(frame) and set(back.columns) == set(frame.columns)
   assert len(pd.read_csv(os.path.join(root, "mini", "results.csv"))) == len(frame)
   assert len(pd.read_csv(os.path.join(root, "mini", "summary.csv"))) == 2
+
+
+def test_an_eval_field_missing_from_older_runs_does_not_split_their_seeds(tmp_path):
+  """Runs trained before a field was added to the eval config lack it in config.json; the summary
+  still pools every seed of a scheme (the field is a column, not a group)."""
+  from tests.fake_study import GROWTH, write_fake_study
+  study = write_fake_study(str(tmp_path), algorithmic=False)
+  for scheme in GROWTH:
+    path = os.path.join(study, f"kind={scheme},seed=0", "config.json")
+    with open(path) as f:
+      stored = json.load(f)
+    del stored["config"]["eval"]["attention"]
+    with open(path, "w") as f:
+      json.dump(stored, f)
+  frame = collect.collect(study)
+  assert "cfg.eval.attention.windows" in frame.columns
+  summary = collect.summarize(frame)
+  assert "cfg.eval.attention.windows" not in summary.columns
+  runs = summary.set_index(["scheme", "extension"])["runs"].to_dict()
+  assert runs == {("alibi", "none"): 2, ("none", "none"): 2, ("rope", "none"): 2,
+                  ("rope", "yarn"): 2}
