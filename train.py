@@ -509,12 +509,7 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
   common = {
       "protocol": protocol, "stride": stride, "windows_start": "document_start",
       "scheme": config.model.position.kind, "step": int(step), "config_hash": config_hash(config),
-      "extension": config.eval.extension,
-      "extension_factor": rope_scaling.applied_factor(config.eval.extension, config.eval.factor),
-      "extension_window": rope_scaling.applied_window(config.eval.extension,
-                                                      config.eval.get("window", -1)),
-      "extension_params": rope_scaling.extension_params(config.eval.extension,
-                                                        config.model.position),
+      **rope_scaling.extension_header(config),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "max_tokens_per_length": e.max_tokens_per_length,
       "tokens_scored": sum(r["tokens"] for r in rows), "unit": "nats per byte token"}

@@ -265,8 +265,9 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str =
       (models/rope_scaling.py), e.g. "_yarn_x4" as eval/run.py names them; "" = as trained.
 
   Returns:
-    The result dict as written to the JSON: suite, task, scheme, extension (config.eval.extension
-    when `suffix` is set, else "none"), extension_factor, step, config_hash, format,
+    The result dict as written to the JSON: suite, task, scheme, step, the extension header
+    (rope_scaling.extension_header; config.eval.extension when `suffix` is set, else "none"),
+    config_hash, format,
     size_unit, train_min_size, train_max_size, eval_max_size, examples_per_size, eval_seed,
     summary (`summarize`) and rows (`evaluate_sizes`).
 
@@ -293,12 +294,7 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str =
   example = task.example(3, np.random.default_rng(0))
   result = {
       "suite": SUITE, "task": t.name, "scheme": kind, "step": int(step),
-      "extension": config.eval.extension if suffix else "none",
-      "extension_factor": (rope_scaling.applied_factor(config.eval.extension, config.eval.factor)
-                           if suffix else 1.0),
-      "extension_window": (rope_scaling.applied_window(config.eval.extension,
-                                                       config.eval.get("window", -1))
-                           if suffix else -1),
+      **rope_scaling.extension_header(config, None if suffix else "none"),
       "config_hash": config_hash(config), "size_unit": task.size_unit,
       "format": (f"BOS prompt answer EOS, bytes; e.g. size 3: {example.prompt.decode()!r} -> "
                  f"{example.answer.decode()!r}; answer targets are the answer bytes and EOS"),

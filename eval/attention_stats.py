@@ -212,10 +212,7 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, docs, tokeniz
   e = config.eval
   result = {
       "suite": "attention", "scheme": config.model.position.kind, "step": int(step),
-      "config_hash": config_hash(config), "extension": e.extension,
-      "extension_factor": rope_scaling.applied_factor(e.extension, e.factor),
-      "extension_window": rope_scaling.applied_window(e.extension, e.get("window", -1)),
-      "extension_params": rope_scaling.extension_params(e.extension, config.model.position),
+      "config_hash": config_hash(config), **rope_scaling.extension_header(config),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "windows": windows, "num_layers": config.model.num_layers,
       "num_heads": config.model.num_heads,

@@ -397,17 +397,14 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
   result = evaluate_grid(suite, config, builder, tokenizer, generate_for_length, skip=skip,
                          parallelism=batch_parallelism(mesh))
   from models.rope_scaling import (  # here: prompts and scoring need no model code
-      applied_factor, applied_window, extension_params, extension_suffix)
-  extension = config.eval.get("extension", "none")
-  factor = applied_factor(extension, config.eval.get("factor", 1.0))
-  window = applied_window(extension, config.eval.get("window", -1))
+      extension_header, extension_suffix)
+  header = extension_header(config)
   if suffix is None:
-    suffix = extension_suffix(extension, factor, window)
+    suffix = extension_suffix(header["extension"], header["extension_factor"],
+                              header["extension_window"])
   result.update({
       "scheme": config.model.position.kind, "step": int(step),
-      "config_hash": config_hash(config),
-      "extension": extension, "extension_factor": factor, "extension_window": window,
-      "extension_params": extension_params(extension, config.model.position),
+      "config_hash": config_hash(config), **header,
       "prompt": _prompt_format(suite, config, builder)})
   if suite == "needle":
     held_out = docs.get(config.eval.split, ()) if isinstance(docs, Mapping) else docs

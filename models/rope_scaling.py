@@ -128,6 +128,26 @@ def applied_window(extension: str, window: int) -> int:
   return int(window) if extension in TRANSFORM_WINDOWS and window != -1 else -1
 
 
+def extension_header(config, extension: str | None = None) -> dict:
+  """The fields every evaluation result records about its eval-time extension.
+
+  Args:
+    config: the evaluation's config (reads eval.extension, eval.factor, eval.window and the
+      model.position parameters the extension reads).
+    extension: overrides eval.extension (e.g. "none" for a result computed as trained).
+
+  Returns:
+    {"extension": name, "extension_factor": applied_factor, "extension_window": applied_window,
+     "extension_params": extension_params}; "none", 1.0, -1 and {} without an extension.
+  """
+  e = config.eval
+  extension = e.get("extension", "none") if extension is None else extension
+  return {"extension": extension,
+          "extension_factor": applied_factor(extension, e.get("factor", 1.0)),
+          "extension_window": applied_window(extension, e.get("window", -1)),
+          "extension_params": extension_params(extension, config.model.position)}
+
+
 def extension_suffix(extension: str, factor: float, window: int = -1,
                      params: dict | None = None) -> str:
   """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for

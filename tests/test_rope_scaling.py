@@ -380,6 +380,21 @@ def test_results_record_the_factor_the_extension_uses(extension, suffix, recorde
   assert rope_scaling.applied_factor(extension, 8.0) == recorded
 
 
+def test_the_extension_header_of_results():
+  c = tiny_config("unused", "rope")
+  c.eval.extension, c.eval.factor, c.eval.window = "yarn", 4.0, 16
+  c.model.position.yarn_alpha = 2.0
+  assert rope_scaling.extension_header(c) == {
+      "extension": "yarn", "extension_factor": 4.0, "extension_window": -1,
+      "extension_params": {"yarn_alpha": 2.0, "yarn_beta": c.model.position.yarn_beta}}
+  c.eval.extension = "self_extend"  # reads the factor (group size) and the window
+  assert rope_scaling.extension_header(c) == {
+      "extension": "self_extend", "extension_factor": 4.0, "extension_window": 16,
+      "extension_params": {}}
+  assert rope_scaling.extension_header(c, "none") == {
+      "extension": "none", "extension_factor": 1.0, "extension_window": -1, "extension_params": {}}
+
+
 def test_eval_time_parameters_may_change_only_for_the_extension_that_reads_them():
   run = tiny_config("unused", "rope").model.position
   ev = tiny_config("unused", "rope").model.position
