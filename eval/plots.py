@@ -241,6 +241,27 @@ def read_table(path: str):
   return pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
 
 
+# Every column the study figures read. A table lacks the columns of suites it has no results for
+# (a study without algorithmic runs has no `exact_match`); figures see them as empty.
+TABLE_COLUMNS = ("run", "scheme", "seed", "train_len", "task", "suite", "extension",
+                 "extension_factor", "protocol", "length", "multiplier", "ppl", "nll", "detail",
+                 "accuracy", "entropy", "entropy_uniform", "sink_mass", "size", "exact_match",
+                 "token_accuracy", "in_distribution")
+
+
+def _any_table(fig_fn):
+  """Lets `fig_fn(frame, ...)` take a results table that lacks some of TABLE_COLUMNS."""
+  import functools
+
+  @functools.wraps(fig_fn)
+  def wrapper(frame, *args, **kwargs):
+    missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
+    if missing:
+      frame = frame.assign(**{c: None for c in missing})
+    return fig_fn(frame, *args, **kwargs)
+  return wrapper
+
+
 def curve_labels(frame) -> "pd.Series":
   """Legend label of every row: the scheme, the config fields that vary between runs apart from
   seeds (`cfg.*` columns, e.g. model size), and the eval-time extension with its factor."""
@@ -293,6 +314,7 @@ def _suite(frame, suite: str, protocol: str | None = None, extensions: bool | No
   return rows
 
 
+@_any_table
 def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False):
   """Perplexity vs evaluation length per scheme (log-log), mean over seeds with a min..max band.
 
@@ -318,6 +340,7 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   return fig
 
 
+@_any_table
 def fig_extensions(frame, protocol: str = "non_overlapping"):
   """Eval-time extensions beside their base scheme: one panel per scheme that has any, the model
   as trained and each (extension, factor) as curves of perplexity vs length.
@@ -341,6 +364,7 @@ def fig_extensions(frame, protocol: str = "non_overlapping"):
   return fig
 
 
+@_any_table
 def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_overlapping"):
   """Mean NLL vs token position in the window at one evaluation length, one curve per scheme
   (mean over seeds of the per-bin NLL; loss_by_position rows' `detail` bins).
@@ -382,6 +406,7 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
   return fig
 
 
+@_any_table
 def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None = None):
   """The study summary (sweeps.collect.summarize: per scheme x extension x protocol, over seeds:
   ppl at 1x..16x train_len, extrapolation ratio ppl(8x)/ppl(1x), passkey length reached, final
@@ -421,6 +446,7 @@ def _depth_grid(rows):
   return out
 
 
+@_any_table
 def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = True):
   """Retrieval heatmaps (depth x length, accuracy mean over seeds) for every scheme in a grid.
 
@@ -461,6 +487,7 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
   return fig
 
 
+@_any_table
 def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   """Retrieval accuracy (all depths) vs context length per scheme and extension, mean over
   seeds with a min..max band.
@@ -483,6 +510,7 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   return fig
 
 
+@_any_table
 def fig_algorithmic(frame, metric: str = "exact_match"):
   """Accuracy per instance size on the algorithmic tasks: one panel per task, one curve per
   scheme (mean over seeds, band min..max), the largest trained size marked.
@@ -516,6 +544,7 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
   return fig
 
 
+@_any_table
 def fig_attention_vs_length(frame):
   """Attention entropy (with the uniform ceiling) and sink mass vs length per scheme, mean over
   layers, heads and seeds (band = min..max over seeds): the attention suite's rows.
@@ -569,6 +598,7 @@ def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
   return fig
 
 
+@_any_table
 def study_figures(frame) -> list[tuple[str, str, object]]:
   """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length
   per protocol (models as trained, then with eval-time extensions beside their base scheme),

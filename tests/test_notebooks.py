@@ -104,6 +104,24 @@ def test_report_embeds_every_figure(study, tmp_path):
   assert bare_call.returncode == 2 and len(bare_call.stderr.strip().splitlines()) == 1
 
 
+def test_a_table_with_only_some_suites_gives_their_figures(study):
+  """A text study has no algorithmic columns, a task study no perplexity columns (as collected):
+  each gets its own figures and summary, and no error for the others."""
+  frame = plots.read_table(study)
+  text = frame[frame["suite"] != "algorithmic"].dropna(axis=1, how="all")
+  assert "exact_match" not in text.columns
+  assert [i for i, _, _ in plots.study_figures(text)] == [
+      "ppl_vs_length_non_overlapping", "extensions_non_overlapping",
+      "loss_by_position_non_overlapping", "passkey_heatmaps", "passkey_vs_length",
+      "attention_vs_length"]
+  assert plots.fig_algorithmic(text) is None
+  assert len(plots.summary_table(text)) == 4
+  tasks = frame[frame["suite"] == "algorithmic"].dropna(axis=1, how="all")
+  assert "ppl" not in tasks.columns and "accuracy" not in tasks.columns
+  assert [i for i, _, _ in plots.study_figures(tasks)] == ["algorithmic"]
+  assert plots.fig_attention_vs_length(tasks) is None
+
+
 @pytest.mark.parametrize("name,figures", [("extrapolation", 3), ("retrieval", 2),
                                           ("algorithmic", 1)])
 def test_table_notebooks_run_headless(name, figures, study, tmp_path):
