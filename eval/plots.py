@@ -136,7 +136,7 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
     ax.axvline(max(inside) + 0.5, color="black", linestyle="--", linewidth=1.2)
   ax.set_xlabel(f"context length (tokens incl. BOS); dashed: train_len={result['train_len']}",
                 fontsize=8)
-  ax.set_ylabel("needle depth", fontsize=8)
+  ax.set_ylabel(f"{result['suite']} depth", fontsize=8)
   passing = result.get("max_length_passing")
   ax.set_title(f"{result['suite']}: {curve_label(result)}, step {result.get('step', '?')}\n"
                f"largest length with accuracy >= {result.get('threshold', '?')} (and all shorter): "
@@ -150,7 +150,7 @@ def plot_attention_statistics(result: dict, path: str) -> None:
   """Attention entropy and sink mass vs evaluation length, one line per layer, train_len marked.
 
   Left: mean attention entropy (nats) per layer, with the uniform-attention ceiling
-  (mean log(i + 1), eval/attention_stats.uniform_entropy) dashed. Right: mean attention
+  (mean log(i + 1), eval/attention_stats.uniform_entropy) dotted. Right: mean attention
   probability on the window's BOS (the sink) per layer.
 
   Args:
@@ -193,9 +193,12 @@ def _length_axis(ax, train_len: int | None) -> None:
 
 
 def _log_ppl_axis(ax) -> None:
-  """Log perplexity axis labelled at 1, 2 and 5 times powers of ten."""
+  """Log perplexity axis labelled at 1, 2 and 5 times powers of ten, or at every integer
+  multiple of them when the curves span less than a factor of 10 (else one tick, e.g. "10")."""
   ax.set_yscale("log")
-  ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+  low, high = ax.get_ylim()
+  subs = (1.0, 2.0, 5.0) if high / max(low, 1e-12) > 10 else tuple(float(i) for i in range(1, 10))
+  ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
   ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
   ax.yaxis.set_minor_formatter(ticker.NullFormatter())
   ax.set_ylabel("perplexity (per token)")
@@ -222,23 +225,46 @@ def png_bytes(fig) -> bytes:
 
 def read_table(path: str):
   """A study's results table: `results.parquet` / `results.csv` (sweeps.collect), or a study
-  folder holding one (parquet preferred).
+  folder holding one (parquet preferred). A warning names the runs whose results are newer than
+  the folder's table (collect it again to include them).
 
   Raises:
     FileNotFoundError: no such file, or a folder without a results table.
+    ValueError: the file is not a .parquet / .csv results table (unreadable, or without the
+      `run` and `suite` columns sweeps.collect writes; e.g. its summary.csv).
   """
   import os
+  import warnings
 
   import pandas as pd
   if os.path.isdir(path):
     for name in ("results.parquet", "results.csv"):
-      if os.path.exists(os.path.join(path, name)):
-        return read_table(os.path.join(path, name))
+      table = os.path.join(path, name)
+      if os.path.exists(table):
+        from sweeps.collect import runs_newer_than
+        newer = runs_newer_than(path, os.path.getmtime(table))
+        if newer:
+          warnings.warn(f"{table} is older than the results of {len(newer)} run(s) "
+                        f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}); run "
+                        f"python -m sweeps.collect {path} to include them", stacklevel=2)
+        return read_table(table)
     raise FileNotFoundError(f"{path} holds no results.parquet or results.csv "
                             "(run python -m sweeps.collect on the study folder first)")
   if not os.path.exists(path):
     raise FileNotFoundError(f"no results table at {path}")
-  return pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+  if os.path.isdir(path) or not path.endswith((".parquet", ".csv")):
+    raise ValueError(f"{path} is not a results .parquet / .csv file (sweeps.collect writes "
+                     "<study>/results.parquet and results.csv)")
+  try:
+    frame = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+  except Exception as e:  # pyarrow / pandas parser errors: one line, naming the file
+    raise ValueError(f"{path} is not a readable results table: {type(e).__name__}: "
+                     f"{str(e).splitlines()[0] if str(e) else ''}") from None
+  missing = [c for c in ("run", "suite") if c not in frame.columns]
+  if missing:
+    raise ValueError(f"{path} is not a results table: no {' or '.join(missing)} column "
+                     "(sweeps.collect's results.parquet / results.csv, not its summary.csv)")
+  return frame
 
 
 # Every column the study figures read. A table lacks the columns of suites it has no results for
@@ -264,9 +290,12 @@ def _any_table(fig_fn):
 
 def curve_labels(frame) -> "pd.Series":
   """Legend label of every row: the scheme, the config fields that vary between runs apart from
-  seeds (`cfg.*` columns, e.g. model size), and the eval-time extension with its factor."""
+  seeds and eval settings (the `cfg.*` columns sweeps.collect.configuration_columns groups the
+  summary by, e.g. model size), and the eval-time extension with its factor."""
   import pandas as pd
-  varying = [c for c in frame.columns if c.startswith("cfg.") and not c.endswith("seed")
+
+  from sweeps.collect import configuration_columns
+  varying = [c for c in configuration_columns(frame.columns) if c.startswith("cfg.")
              and frame[c].nunique(dropna=False) > 1]
 
   def label(row) -> str:
@@ -293,9 +322,30 @@ def _mean_band(frame, x: str, y: str):
   return out
 
 
+# One colour per scheme in every figure (the registry's schemes, in a fixed order); eval-time
+# extensions of a scheme are dashed, in colours of their own.
+SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
+                "xpos", "kerple_power", "sandwich", "cope", "rope_mixed")
+
+
+def _style(label: str) -> dict:
+  """Matplotlib line style of a curve label ("<scheme> [cfg...] [+ <extension> x<factor>]")."""
+  import zlib
+  palette = matplotlib.colormaps["tab20"].colors
+  base, plus, extension = label.partition(" + ")
+  scheme = base.split(" ")[0]
+  if plus:  # a stable colour per extension name and factor, dashed
+    dark = matplotlib.colormaps["Dark2"].colors
+    return {"color": dark[zlib.crc32(extension.encode()) % len(dark)], "linestyle": "--"}
+  if scheme in SCHEME_ORDER and base == scheme:
+    return {"color": palette[2 * SCHEME_ORDER.index(scheme) % len(palette)]}
+  return {"color": palette[zlib.crc32(base.encode()) % len(palette)]}
+
+
 def _plot_bands(ax, bands: dict) -> None:
   for label, stats in bands.items():
-    line, = ax.plot(stats.index, stats["mean"], marker="o", markersize=3, label=label)
+    line, = ax.plot(stats.index, stats["mean"], marker="o", markersize=3, label=label,
+                    **_style(label))
     if (stats["max"] > stats["min"]).any():
       ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
 
@@ -303,6 +353,17 @@ def _plot_bands(ax, bands: dict) -> None:
 def _train_len(frame) -> int | None:
   values = frame["train_len"].dropna().unique() if "train_len" in frame else []
   return int(values[0]) if len(values) == 1 else None
+
+
+PROTOCOLS = ("non_overlapping", "sliding")
+RETRIEVAL_SUITES = ("passkey", "needle")
+ALGORITHMIC_METRICS = ("exact_match", "token_accuracy")
+
+
+def _check(name: str, value, allowed) -> None:
+  """Raises ValueError naming the argument and its allowed values."""
+  if value not in allowed:
+    raise ValueError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
 
 
 def _suite(frame, suite: str, protocol: str | None = None, extensions: bool | None = False):
@@ -325,7 +386,11 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
 
   Returns:
     A Figure, or None if the table has no ppl_vs_length rows for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
   """
+  _check("protocol", protocol, PROTOCOLS)
   rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
   if rows.empty:
     return None
@@ -347,7 +412,11 @@ def fig_extensions(frame, protocol: str = "non_overlapping"):
 
   Returns:
     A Figure, or None if no run has an eval-time extension result for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
   """
+  _check("protocol", protocol, PROTOCOLS)
   rows = _suite(frame, "ppl_vs_length", protocol, None)
   extended = sorted(rows.loc[rows["extension"].fillna("none") != "none", "scheme"].unique())
   if not extended:
@@ -375,18 +444,23 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
     protocol: perplexity protocol of the rows to use.
 
   Returns:
-    A Figure, or None if the table has no loss_by_position rows.
+    A Figure, or None if the table has no loss_by_position rows for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS, or no row was evaluated at `length` (the
+      message lists the lengths that were).
   """
   import json
 
   import pandas as pd
+  _check("protocol", protocol, PROTOCOLS)
   rows = _suite(frame, "loss_by_position", protocol).dropna(subset=["detail", "nll"])
   if rows.empty:
     return None
-  length = int(rows["length"].max()) if length is None else length
+  evaluated = sorted(int(x) for x in rows["length"].unique())
+  length = evaluated[-1] if length is None else length
+  _check("length", length, evaluated)
   rows = rows[rows["length"] == length]
-  if rows.empty:
-    return None
   bins = []
   for _, row in rows.assign(label=curve_labels(rows)).iterrows():
     for b in json.loads(row["detail"]):
@@ -412,10 +486,19 @@ def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None
   ppl at 1x..16x train_len, extrapolation ratio ppl(8x)/ppl(1x), passkey length reached, final
   validation loss), sorted by `sort_by` (ascending, stable; missing values last).
 
+  Args:
+    frame: the results table.
+    sort_by: a summary column. Note that the extrapolation ratio ranks flatness, not quality: an
+      extension that is bad at every length can be flat.
+    protocol: keep only this perplexity protocol's rows (and the protocol-free passkey rows).
+
   Raises:
     KeyError: `sort_by` is not a column of the summary (the message lists them).
+    ValueError: `protocol` is not None or one of PROTOCOLS.
   """
   from sweeps.collect import summarize
+  if protocol is not None:
+    _check("protocol", protocol, PROTOCOLS)
   summary = summarize(frame)
   if protocol is not None:
     summary = summary[summary["protocol"].isna() | (summary["protocol"] == protocol)]
@@ -456,8 +539,12 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
 
   Returns:
     A Figure, or None if the table has no `suite` rows.
+
+  Raises:
+    ValueError: `suite` is not one of RETRIEVAL_SUITES.
   """
   import numpy as np
+  _check("suite", suite, RETRIEVAL_SUITES)
   rows = _suite(frame, suite, None, None if with_extensions else False)
   grids = _depth_grid(rows)
   if not grids:
@@ -481,7 +568,7 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
   for ax in list(axes.flat)[len(grids):]:
     ax.axis("off")
   fig.supxlabel(f"context length (tokens); dashed: train_len={train_len}", fontsize=8)
-  fig.supylabel("needle depth", fontsize=8)
+  fig.supylabel(f"{suite} depth (grey: length skipped)", fontsize=8)
   fig.suptitle(f"{suite} accuracy (mean over seeds)", fontsize=9)
   fig.colorbar(image, ax=axes, label="accuracy", fraction=0.03)
   return fig
@@ -494,7 +581,11 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
 
   Returns:
     A Figure, or None if the table has no `suite` rows with an accuracy.
+
+  Raises:
+    ValueError: `suite` is not one of RETRIEVAL_SUITES.
   """
+  _check("suite", suite, RETRIEVAL_SUITES)
   rows = _suite(frame, suite, None, None)
   bands = _mean_band(rows, "length", "accuracy") if not rows.empty else {}
   if not bands:
@@ -520,7 +611,11 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
 
   Returns:
     A Figure, or None if the table has no algorithmic rows.
+
+  Raises:
+    ValueError: `metric` is not one of ALGORITHMIC_METRICS.
   """
+  _check("metric", metric, ALGORITHMIC_METRICS)
   rows = frame[frame["suite"] == "algorithmic"].dropna(subset=[metric])
   if rows.empty:
     return None

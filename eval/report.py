@@ -1,10 +1,11 @@
 """One HTML page with every figure and table of a study: `python -m eval.report <root>/<study>`.
 
 Reads the study's results table (`results.parquet`, else `results.csv`; collecting the study
-folder first with sweeps.collect if it has neither), draws every figure of
-`eval.plots.study_figures` (the ones the notebooks show) as embedded PNG images, and adds the
-summary table (sweeps.collect.summarize; click a column header to sort) and the runs. The page
-needs no other file, so it can be mailed or attached as is.
+folder again, in memory, with sweeps.collect if it has neither or if some run's results are
+newer), draws every figure of `eval.plots.study_figures` (the ones the notebooks show) as
+embedded PNG images, and adds the summary table (sweeps.collect.summarize; click a column header
+to sort; blanks last) and the runs. The page needs no other file, so it can be mailed or
+attached as is.
 
   python -m eval.report workdirs/sweeps/pe_extrapolation_cpu        # -> <study>/report.html
   python -m eval.report results/pe_extrapolation_cpu.parquet --out=/tmp/report.html
@@ -37,9 +38,10 @@ document.querySelectorAll("table.sortable th").forEach((th, col) => {
   th.addEventListener("click", () => {
     const body = th.closest("table").tBodies[0];
     const asc = th.dataset.asc !== "1"; th.dataset.asc = asc ? "1" : "0";
-    const key = r => { const t = r.cells[col].innerText; const n = parseFloat(t);
-                       return isNaN(n) ? t : n; };
+    const key = r => { const t = r.cells[col].innerText.trim(); const n = Number(t);
+                       return t === "" ? null : isNaN(n) ? t : n; };
     [...body.rows].sort((a, b) => { const x = key(a), y = key(b);
+        if (x === null || y === null) return (x === null) - (y === null);  // blanks last
         return (x > y ? 1 : x < y ? -1 : 0) * (asc ? 1 : -1); })
       .forEach(r => body.appendChild(r));
   });
@@ -52,27 +54,46 @@ def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
   """The results table at `path` and the study's name.
 
   Args:
-    path: a study folder (<root>/<study>) or a results .parquet / .csv file.
+    path: a study folder (<root>/<study>) or a results .parquet / .csv file. A folder whose
+      results table is missing, or older than some run's results, is collected again (in memory,
+      sweeps.collect.collect; a note on stderr says so; the folder's files are left as they are).
 
   Raises:
-    ConfigError: nothing there, or a folder with neither a table nor a run to collect.
+    ConfigError: nothing there, a file that is not a results table, or a folder with neither a
+      table nor a run to collect.
   """
+  import warnings
+
   from sweeps import collect
   if os.path.isdir(path):
     name = os.path.basename(os.path.normpath(path))
-    try:
-      return plots.read_table(path), name
-    except FileNotFoundError:
-      return collect.collect(path), name  # raises CollectError (a ConfigError) if empty
+    tables = [os.path.join(path, n) for n in ("results.parquet", "results.csv")
+              if os.path.exists(os.path.join(path, n))]
+    if tables and not collect.runs_newer_than(path, os.path.getmtime(tables[0])):
+      return _read(tables[0]), name
+    if tables:
+      print(f"note: {tables[0]} is older than some runs' results; collecting {path} again "
+            "(in memory; python -m sweeps.collect updates the files)", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      frame = collect.collect(path)  # raises CollectError (a ConfigError) if empty
+    for w in caught:
+      print(f"warning: {w.message}", file=sys.stderr)
+    return frame, name
   if not os.path.exists(path):
     raise ConfigError(f"{path} does not exist; expected a study folder (<root>/<study>) or a "
                       "results .parquet / .csv file")
-  if not os.path.isfile(path) or not path.endswith((".parquet", ".csv")):
-    raise ConfigError(f"{path} is not a study folder or a results .parquet / .csv file")
-  frame = plots.read_table(path)
+  frame = _read(path)
   name = str(frame["study"].iloc[0]) if "study" in frame and len(frame) else \
       os.path.splitext(os.path.basename(path))[0]
   return frame, name
+
+
+def _read(path: str) -> pd.DataFrame:
+  try:
+    return plots.read_table(path)
+  except ValueError as e:  # not a results table: one line
+    raise ConfigError(str(e)) from None
 
 
 def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
@@ -119,8 +140,10 @@ def write_report(path: str, out: str | None = None) -> tuple[str, list[str]]:
   atomically; returns (the output path, the figure ids).
 
   Raises:
-    ConfigError: see `load_study_table`.
+    ConfigError: see `load_study_table`; `out` is a folder or does not end in .html.
   """
+  if out is not None and (os.path.isdir(out) or not out.endswith(".html")):
+    raise ConfigError(f"--out={out} must be an .html file path (not a folder)")
   frame, name = load_study_table(path)
   if out is None:
     out = (os.path.join(path, "report.html") if os.path.isdir(path)

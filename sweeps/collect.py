@@ -42,6 +42,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from typing import Any, Iterable
 
 import pandas as pd
@@ -149,19 +150,32 @@ def _result_rows(result: dict, train_len: int) -> list[dict[str, Any]]:
 def collect(study_dir: str) -> pd.DataFrame:
   """The tidy results table of a study folder (module docstring).
 
+  A run whose config.json is unreadable, and result files that are not result JSON, are left out
+  with a warning (warnings.warn) naming them.
+
   Raises:
-    CollectError: the folder does not exist or holds no run with a config.json.
+    CollectError: the folder does not exist, is a run folder, or holds no run with a config.json.
   """
   if not os.path.isdir(study_dir):
     raise CollectError(f"{study_dir} is not a folder (expected <root>/<study>)")
+  if os.path.isfile(os.path.join(study_dir, "config.json")):
+    raise CollectError(f"{study_dir} is a run folder; collect its study folder "
+                       f"{os.path.dirname(os.path.abspath(study_dir))}")
   dirs = run_dirs(study_dir)
   if not dirs:
     raise CollectError(f"{study_dir} holds no run folder with a config.json (nothing trained yet?)")
   runs = []
   for workdir in dirs:
-    with open(os.path.join(workdir, "config.json")) as f:
-      stored = json.load(f)
+    try:
+      with open(os.path.join(workdir, "config.json")) as f:
+        stored = json.load(f)
+    except (OSError, ValueError) as e:
+      warnings.warn(f"left out run {os.path.basename(workdir)}: its config.json is not readable "
+                    f"JSON ({e})", stacklevel=2)
+      continue
     runs.append((workdir, stored, _flatten(stored.get("config", {}))))
+  if not runs:
+    raise CollectError(f"{study_dir}: no run folder has a readable config.json")
   fields = sorted({k for _, _, flat in runs for k in flat})
   varying = [k for k in fields if k not in STANDARD_FIELDS
              and len({repr(flat.get(k)) for _, _, flat in runs}) > 1]
@@ -174,7 +188,12 @@ def collect(study_dir: str) -> pd.DataFrame:
     base.update({f"cfg.{k}": flat.get(k) for k in varying})
     base.update(final_metrics(workdir))
     latest: dict[Any, tuple[str, dict]] = {}
-    for name, result in read_results(workdir):
+    skipped: list[str] = []
+    results = read_results(workdir, skipped)
+    if skipped:
+      warnings.warn(f"left out {len(skipped)} file(s) of run {base['run']} that are not result "
+                    f"JSON (half-written or foreign): {', '.join(skipped)}", stacklevel=2)
+    for name, result in results:
       key = result_key(result)
       if key not in latest or result.get("step", -1) > latest[key][1].get("step", -1):
         latest[key] = (name, result)
@@ -190,7 +209,7 @@ def collect(study_dir: str) -> pd.DataFrame:
   return frame
 
 
-def _seedless(columns: Iterable[str]) -> list[str]:
+def configuration_columns(columns: Iterable[str]) -> list[str]:
   """Run-level columns that define a configuration apart from seeds (the summary's groups).
 
   `cfg.eval.*` fields are left out: they are the settings of train.py's own final evaluation, and
@@ -205,7 +224,7 @@ def _seedless(columns: Iterable[str]) -> list[str]:
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
   """The per-configuration summary over seeds (module docstring)."""
-  config_cols = _seedless(frame.columns)
+  config_cols = configuration_columns(frame.columns)
   ppl = frame[frame["suite"] == "ppl_vs_length"]
   per_run = []
   for (run, ext, factor, protocol), rows in ppl.groupby(
@@ -264,15 +283,36 @@ def missing_runs(study_dir: str, frame: pd.DataFrame) -> list[str]:
   return [n for n in names if n not in have]
 
 
+def runs_newer_than(study_dir: str, mtime: float) -> list[str]:
+  """Names of the runs of `study_dir` with a config.json, metrics.jsonl or eval/*.json modified
+  after `mtime` (seconds since the epoch, e.g. a results table's): the runs a table written at
+  `mtime` may not include."""
+  newer = []
+  for workdir in run_dirs(study_dir):
+    eval_dir = os.path.join(workdir, "eval")
+    files = [os.path.join(workdir, "config.json"), os.path.join(workdir, "metrics.jsonl")]
+    if os.path.isdir(eval_dir):
+      files += [os.path.join(eval_dir, n) for n in os.listdir(eval_dir) if n.endswith(".json")]
+    if any(os.path.exists(f) and os.path.getmtime(f) > mtime for f in files):
+      newer.append(os.path.basename(workdir))
+  return newer
+
+
 def main(argv):
   if len(argv) != 2:
-    raise app.UsageError("usage: python -m sweeps.collect <root>/<study>")
+    print("error: usage: python -m sweeps.collect <root>/<study>; got "
+          f"{len(argv) - 1} arguments", file=sys.stderr)
+    sys.exit(2)
   study_dir = argv[1]
   try:
-    frame = collect(study_dir)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      frame = collect(study_dir)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  for w in caught:
+    print(f"warning: {w.message}", file=sys.stderr)
   summary = summarize(frame)
   for name in ("results.parquet", "results.csv"):
     write_frame(frame, os.path.join(study_dir, name))

@@ -37,11 +37,13 @@ def finished_steps(workdir: str) -> list[int]:
   return sorted(ocp.utils.checkpoint_steps(path)) if path.exists() else []
 
 
-def read_results(workdir: str) -> list[tuple[str, dict[str, Any]]]:
+def read_results(workdir: str, skipped: list[str] | None = None
+                 ) -> list[tuple[str, dict[str, Any]]]:
   """Every result JSON in `<workdir>/eval/` as (file name, parsed dict), sorted by name.
 
   Files that are not JSON objects with a `suite` (half-written by another tool, or foreign) are
-  left out; train.py and eval.run write theirs atomically (eval/files.py).
+  left out, and their names appended to `skipped` if given; train.py and eval.run write theirs
+  atomically (eval/files.py).
   """
   folder = epath.Path(workdir) / "eval"
   if not folder.exists():
@@ -51,9 +53,11 @@ def read_results(workdir: str) -> list[tuple[str, dict[str, Any]]]:
     try:
       result = json.loads(path.read_text())
     except (OSError, ValueError):
-      continue
+      result = None
     if isinstance(result, dict) and isinstance(result.get("suite"), str):
       out.append((path.name, result))
+    elif skipped is not None:
+      skipped.append(path.name)
   return out
 
 

@@ -122,6 +122,70 @@ def test_a_table_with_only_some_suites_gives_their_figures(study):
   assert plots.fig_attention_vs_length(tasks) is None
 
 
+def test_bad_arguments_and_tables_are_one_clear_line(study, tmp_path):
+  frame = plots.read_table(study)
+  for call, message in [
+      (lambda: plots.fig_ppl_vs_length(frame, "slidng"),
+       "protocol='slidng' is not one of 'non_overlapping', 'sliding'"),
+      (lambda: plots.summary_table(frame, protocol="slidng"), "protocol='slidng'"),
+      (lambda: plots.fig_loss_by_position(frame, 300),
+       "length=300 is not one of 16, 32, 64, 128, 256"),
+      (lambda: plots.fig_retrieval_grid(frame, "passkeys"), "suite='passkeys'"),
+      (lambda: plots.fig_algorithmic(frame, "accuracy"), "metric='accuracy'")]:
+    with pytest.raises(ValueError, match=re.escape(message)):
+      call()
+  summary_csv = os.path.join(study, "summary.csv")
+  with pytest.raises(ValueError, match="not a results table: no run or suite column"):
+    plots.read_table(summary_csv)
+  (tmp_path / "empty.csv").write_text("")
+  (tmp_path / "notes.txt").write_text("run,suite\n")
+  for path, message in [(summary_csv, "not its summary.csv"),
+                        (str(tmp_path / "empty.csv"), "not a readable results table"),
+                        (str(tmp_path / "notes.txt"), "not a results .parquet / .csv file")]:
+    bad = subprocess.run([sys.executable, "-m", "eval.report", path], cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert message in bad.stderr
+  with pytest.raises(report.ConfigError, match="must be an .html file path"):
+    report.write_report(study, str(tmp_path))
+
+
+def test_one_colour_per_scheme_and_readable_log_ticks(study):
+  frame = plots.read_table(study)
+  by_position = frame[~((frame["suite"] == "loss_by_position") & (frame["scheme"] == "alibi"))]
+  colours = {}
+  for fig in (plots.fig_ppl_vs_length(frame), plots.fig_loss_by_position(by_position),
+              plots.fig_accuracy_vs_length(frame)):
+    for line in fig.axes[0].get_lines():
+      if not line.get_label().startswith(("train_len", "_")):
+        colours.setdefault(line.get_label(), set()).add(line.get_color())
+  assert {k: len(v) for k, v in colours.items()} == {
+      "alibi": 1, "none": 1, "rope": 1, "rope + yarn x4": 1}
+  assert len({next(iter(v)) for v in colours.values()}) == 4
+  narrow = frame[frame["scheme"] == "alibi"]  # ppl 4.0..4.1 at every length
+  ax = plots.fig_ppl_vs_length(narrow).axes[0]
+  ax.figure.canvas.draw()
+  low, high = ax.get_ylim()
+  assert len([t for t in ax.get_yticks() if low <= t <= high]) >= 1
+  labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+  assert labels and all(float(x) > 0 for x in labels)
+
+
+def test_the_report_of_a_folder_collects_again_when_runs_are_newer(study, tmp_path):
+  copy = shutil.copytree(study, str(tmp_path / "study"))
+  run = os.path.join(copy, "kind=alibi,seed=0", "eval", "passkey.json")
+  os.utime(run, (os.path.getmtime(run) + 100, os.path.getmtime(run) + 100))
+  with pytest.warns(UserWarning, match="older than the results of 1 run"):
+    plots.read_table(copy)
+  with open(os.path.join(copy, "kind=alibi,seed=1", "eval", "ppl_vs_length.json"), "w") as f:
+    f.write("{half")  # a half-written file: left out with a warning
+  result = subprocess.run([sys.executable, "-m", "eval.report", copy], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr
+  assert "collecting" in result.stderr and "again" in result.stderr
+  assert "warning: left out 1 file(s) of run kind=alibi,seed=1" in result.stderr
+
+
 @pytest.mark.parametrize("name,figures", [("extrapolation", 3), ("retrieval", 2),
                                           ("algorithmic", 1)])
 def test_table_notebooks_run_headless(name, figures, study, tmp_path):

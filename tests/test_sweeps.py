@@ -343,3 +343,28 @@ def test_an_eval_field_missing_from_older_runs_does_not_split_their_seeds(tmp_pa
   runs = summary.set_index(["scheme", "extension"])["runs"].to_dict()
   assert runs == {("alibi", "none"): 2, ("none", "none"): 2, ("rope", "none"): 2,
                   ("rope", "yarn"): 2}
+
+
+def test_collect_leaves_out_unreadable_files_with_a_warning_and_refuses_a_run_folder(tmp_path):
+  from tests.fake_study import write_fake_study
+  study = write_fake_study(str(tmp_path), algorithmic=False)
+  with open(os.path.join(study, "kind=none,seed=1", "config.json"), "w") as f:
+    f.write('{"config": ')  # cut by a kill of another tool
+  with open(os.path.join(study, "kind=rope,seed=0", "eval", "passkey.json"), "w") as f:
+    f.write("[]")  # foreign
+  result = subprocess.run([sys.executable, "-m", "sweeps.collect", study], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr
+  assert ("warning: left out run kind=none,seed=1: its config.json is not readable JSON"
+          in result.stderr)
+  assert ("warning: left out 1 file(s) of run kind=rope,seed=0 that are not result JSON "
+          "(half-written or foreign): passkey.json" in result.stderr)
+  frame = pd.read_parquet(os.path.join(study, "results.parquet"))
+  assert frame["run"].nunique() == 5
+  assert frame[(frame["run"] == "kind=rope,seed=0") & (frame["file"] == "eval/passkey.json")].empty
+  for args, message in [([os.path.join(study, "kind=rope,seed=0")], "is a run folder; collect "
+                         f"its study folder {study}"), ([], "usage: python -m sweeps.collect")]:
+    bad = subprocess.run([sys.executable, "-m", "sweeps.collect", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert message in bad.stderr
