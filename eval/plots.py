@@ -193,12 +193,14 @@ def _length_axis(ax, train_len: int | None) -> None:
 
 
 def _log_ppl_axis(ax) -> None:
-  """Log perplexity axis labelled at 1, 2 and 5 times powers of ten, or at every integer
-  multiple of them when the curves span less than a factor of 10 (else one tick, e.g. "10")."""
+  """Log perplexity axis labelled at 1, 2 and 5 times powers of ten, or at evenly spaced round
+  values when the curves span less than a factor of 10 (else one tick, e.g. "10")."""
   ax.set_yscale("log")
   low, high = ax.get_ylim()
-  subs = (1.0, 2.0, 5.0) if high / max(low, 1e-12) > 10 else tuple(float(i) for i in range(1, 10))
-  ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+  if high / max(low, 1e-12) > 10:
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+  else:  # within a decade: evenly spaced round values
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 2.5, 5, 10]))
   ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
   ax.yaxis.set_minor_formatter(ticker.NullFormatter())
   ax.set_ylabel("perplexity (per token)")
@@ -328,24 +330,26 @@ SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_
                 "xpos", "kerple_power", "sandwich", "cope", "rope_mixed")
 
 
-def _style(label: str) -> dict:
-  """Matplotlib line style of a curve label ("<scheme> [cfg...] [+ <extension> x<factor>]")."""
+def _style(label: str, extensions: list[str]) -> dict:
+  """Matplotlib line style of a curve label ("<scheme> [cfg...] [+ <extension> x<factor>]"):
+  a fixed tab20 colour per scheme; the curves of eval-time extensions dashed, in Dark2 colours
+  taken in the order of `extensions` (the sorted extension labels of the axes)."""
   import zlib
-  palette = matplotlib.colormaps["tab20"].colors
-  base, plus, extension = label.partition(" + ")
-  scheme = base.split(" ")[0]
-  if plus:  # a stable colour per extension name and factor, dashed
+  base, plus, _ = label.partition(" + ")
+  if plus:
     dark = matplotlib.colormaps["Dark2"].colors
-    return {"color": dark[zlib.crc32(extension.encode()) % len(dark)], "linestyle": "--"}
-  if scheme in SCHEME_ORDER and base == scheme:
-    return {"color": palette[2 * SCHEME_ORDER.index(scheme) % len(palette)]}
+    return {"color": dark[extensions.index(label) % len(dark)], "linestyle": "--"}
+  palette = matplotlib.colormaps["tab20"].colors
+  if base in SCHEME_ORDER:
+    return {"color": palette[2 * SCHEME_ORDER.index(base) % len(palette)]}
   return {"color": palette[zlib.crc32(base.encode()) % len(palette)]}
 
 
 def _plot_bands(ax, bands: dict) -> None:
+  extensions = sorted(label for label in bands if " + " in label)
   for label, stats in bands.items():
     line, = ax.plot(stats.index, stats["mean"], marker="o", markersize=3, label=label,
-                    **_style(label))
+                    **_style(label, extensions))
     if (stats["max"] > stats["min"]).any():
       ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
 
