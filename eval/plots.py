@@ -13,6 +13,10 @@ from matplotlib.figure import Figure
 from eval.files import atomic_write
 
 
+# Retrieval heatmaps: red (0) -> green (1); skipped cells grey.
+RETRIEVAL_CMAP = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d9d9d9")
+
+
 def subplots(*args, figsize: tuple[float, float], dpi: int, **kwargs):
   """(Figure, axes) like `pyplot.subplots`, without pyplot's global state."""
   fig = Figure(figsize=figsize, dpi=dpi)
@@ -122,8 +126,7 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
                  dtype=float).reshape(len(lengths), len(depths)).T  # [depth, length]
   fig, ax = subplots(figsize=(max(5.5, 1.6 + 0.8 * len(lengths)), 1.8 + 0.3 * len(depths)),
                          dpi=120)
-  cmap = matplotlib.colormaps["RdYlGn"].copy()
-  cmap.set_bad("#d9d9d9")
+  cmap = RETRIEVAL_CMAP
   image = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
   for i in range(len(depths)):
     for j in range(len(lengths)):
@@ -557,8 +560,7 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
   nrows = -(-len(grids) // cols)
   fig, axes = subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), dpi=110,
                            squeeze=False)
-  cmap = matplotlib.colormaps["RdYlGn"].copy()
-  cmap.set_bad("#d9d9d9")
+  cmap = RETRIEVAL_CMAP
   train_len = _train_len(rows)
   image = None
   for ax, (label, (lengths, depths, acc)) in zip(axes.flat, grids.items()):
