@@ -43,6 +43,14 @@ and passkey for two extensions), 12 min for both seeds. Total about 3.3 h with t
 as in the 20-min measurements it would take about 5.5 h, so run it on an otherwise idle machine.
 Runs are ordered seed 0 of every scheme first, so a study stopped early still has one seed of
 each; launching again resumes it.
+
+Measured on 2026-11-30 (the first run of this study, seed 0; the cores were shared with
+development work, and paused with it at times, so these are upper bounds): training 600 steps
+took 9.1-11.7 min per run when the run had the cores mostly to itself (0.9-1.1 s per step, not
+the 0.72 s assumed above), the final passkey grid 1.3-2.3 min, RoPE's PI/YaRN passes about
+6.5 min per (extension, factor) with another run training beside them. That puts the whole
+study at about 4.5-5 h on two free cores, over the 4-hour budget; the estimate above is kept to
+show what it assumed.
 """
 
 from sweeps.study import Study, cross, product, zip_
@@ -79,5 +87,6 @@ STUDY = Study(
         "eval.passkey.trials": 3,
     },
     description="9 schemes x 2 seeds, tiny passkey model, train_len 256, ppl (non-overlapping "
-                "and sliding) and passkey to 16x, RoPE + PI/YaRN; about 3.3 h on 2 free cores",
+                "and sliding) and passkey to 16x, RoPE + PI/YaRN; about 4.5-5 h on 2 free cores "
+                "(measured parts, module docstring)",
 )
