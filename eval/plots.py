@@ -178,7 +178,7 @@ def plot_attention_statistics(result: dict, path: str) -> None:
     _length_axis(ax, result["train_len"])
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
-  ax_s.set_ylim(0, 1)
+  ax_s.set_yscale("log")  # sink mass spans decades (about 1/L), far below 1
   fig.suptitle(f"Attention diagnostics: {curve_label(result)} ({result.get('split', '')}, "
                f"step {result.get('step', '?')})", fontsize=9)
   fig.tight_layout()
@@ -500,7 +500,7 @@ def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None
     protocol: keep only this perplexity protocol's rows (and the protocol-free passkey rows).
 
   Raises:
-    KeyError: `sort_by` is not a column of the summary (the message lists them).
+    ValueError: `sort_by` is not a column of the summary (the message lists them).
     ValueError: `protocol` is not None or one of PROTOCOLS.
   """
   from sweeps.collect import summarize
@@ -510,7 +510,7 @@ def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None
   if protocol is not None:
     summary = summary[summary["protocol"].isna() | (summary["protocol"] == protocol)]
   if sort_by not in summary.columns:
-    raise KeyError(f"sort_by={sort_by!r} is not a summary column; choose one of "
+    raise ValueError(f"sort_by={sort_by!r} is not a summary column; choose one of "
                    f"{list(summary.columns)}")
   return summary.sort_values(sort_by, na_position="last", kind="stable").reset_index(drop=True)
 
@@ -666,7 +666,7 @@ def fig_attention_vs_length(frame):
     _length_axis(ax, _train_len(rows))
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
-  ax_s.set_ylim(0, 1)
+  ax_s.set_yscale("log")  # sink mass spans decades (about 1/L), far below 1
   fig.suptitle("Attention diagnostics vs length (mean over layers, heads, windows, seeds)",
                fontsize=9)
   fig.tight_layout()

@@ -64,7 +64,7 @@ def test_figures_follow_the_table(study):
   assert list(zip(summary["scheme"], summary["extension"])) == [
       ("alibi", "none"), ("rope", "yarn"), ("none", "none"), ("rope", "none")]
   assert list(summary["ratio_8x_1x_mean"]) == pytest.approx([1.0, 1.0, 3.375, 8.0])
-  with pytest.raises(KeyError, match="not a summary column"):
+  with pytest.raises(ValueError, match="not a summary column"):
     plots.summary_table(frame, "no_such_column")
   grid = plots.fig_retrieval_grid(frame)
   assert [a.get_title() for a in grid.axes[:4]] == ["alibi", "none", "rope", "rope + yarn x4"]
