@@ -225,17 +225,21 @@ class Attention(nnx.Module):
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
     rotated = self._rotate(q, k, positions, k_positions, scheme)
-    # Query chunks bound memory to O(seq x chunk) per head. Without a cache and with seq a
-    # multiple of the chunk they run one after another in `lax.map` against all keys (XLA keeps
-    # the logits of every chunk of an unrolled loop alive at once: bench/eval_memory.py);
+    # Query chunks bound memory to O(seq x chunk) per head. With seq a multiple of the chunk
+    # they run one after another in `lax.map` against all keys (or the whole cache, e.g. a long
+    # prefill): XLA keeps the logits of every chunk of an unrolled loop alive at once
+    # (bench/eval_memory.py; with FIRE's per-pair MLP a 4,096-token prefill needed 26 GB);
     # otherwise an unrolled loop where chunk [c0, c1) only needs keys [0, c1) (or the cache).
     chunk = self.chunk if 0 < self.chunk < s else s
     k_len = k.shape[1]
-    if cache is None and chunk < s and s % chunk == 0:
+    if chunk < s and s % chunk == 0:
+      k_end = s if cache is None else k_len
+
       def one_chunk(c0):
+        offset = c0 if cache is None else q_offset + c0
         logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
-                                    k_segment_ids, c0, chunk, s, c0)
-        return attend(logits, mask, v).astype(q.dtype)  # [batch, chunk, heads, head_dim]
+                                    k_segment_ids, c0, chunk, k_end, offset)
+        return attend(logits, mask, v[:, :k_end]).astype(q.dtype)  # [batch, chunk, heads, hd]
 
       out = jax.lax.map(one_chunk, jnp.arange(0, s, chunk, dtype=jnp.int32))
       out = out.transpose(1, 0, 2, 3, 4).reshape(b, s, *out.shape[3:])

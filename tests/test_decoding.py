@@ -97,8 +97,8 @@ def test_cached_decoding_with_extensions(field, value):
   if value in ("dynamic_ntk", "string"):  # one compile per prefix: 4 beyond train_len
     c.model.num_layers = 1
     check_cached_equals_full(c, seq=12, prefill=8, per_prefix=True)
-  else:
-    check_cached_equals_full(c)
+  else:  # a prefill of 2 chunks (lax.map over the cache), then single steps
+    check_cached_equals_full(c, prefill=8)
   if value == "string":  # a fixed shift does not depend on the length: one causal forward
     c.model.num_layers = 2
     c.model.position.string_shift = 5
