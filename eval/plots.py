@@ -228,6 +228,16 @@ def png_bytes(fig) -> bytes:
 # the table holds nothing for it; notebooks display them and eval/report.py embeds them.
 # ---------------------------------------------------------------------------------------------
 
+def study_table_path(study_dir: str) -> str | None:
+  """The results table sweeps.collect wrote in `study_dir`: results.parquet, else results.csv,
+  else None."""
+  import os
+  for name in ("results.parquet", "results.csv"):
+    if os.path.exists(os.path.join(study_dir, name)):
+      return os.path.join(study_dir, name)
+  return None
+
+
 def read_table(path: str):
   """A study's results table: `results.parquet` / `results.csv` (sweeps.collect), or a study
   folder holding one (parquet preferred). A warning names the runs whose results are newer than
@@ -243,16 +253,15 @@ def read_table(path: str):
 
   import pandas as pd
   if os.path.isdir(path):
-    for name in ("results.parquet", "results.csv"):
-      table = os.path.join(path, name)
-      if os.path.exists(table):
-        from sweeps.collect import runs_newer_than
-        newer = runs_newer_than(path, os.path.getmtime(table))
-        if newer:
-          warnings.warn(f"{table} is older than the results of {len(newer)} run(s) "
-                        f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}); run "
-                        f"python -m sweeps.collect {path} to include them", stacklevel=2)
-        return read_table(table)
+    table = study_table_path(path)
+    if table is not None:
+      from sweeps.collect import runs_newer_than
+      newer = runs_newer_than(path, os.path.getmtime(table))
+      if newer:
+        warnings.warn(f"{table} is older than the results of {len(newer)} run(s) "
+                      f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}); run "
+                      f"python -m sweeps.collect {path} to include them", stacklevel=2)
+      return read_table(table)
     raise FileNotFoundError(f"{path} holds no results.parquet or results.csv "
                             "(run python -m sweeps.collect on the study folder first)")
   if not os.path.exists(path):

@@ -67,12 +67,11 @@ def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
   from sweeps import collect
   if os.path.isdir(path):
     name = os.path.basename(os.path.normpath(path))
-    tables = [os.path.join(path, n) for n in ("results.parquet", "results.csv")
-              if os.path.exists(os.path.join(path, n))]
-    if tables and not collect.runs_newer_than(path, os.path.getmtime(tables[0])):
-      return _read(tables[0]), name
-    if tables:
-      print(f"note: {tables[0]} is older than some runs' results; collecting {path} again "
+    table = plots.study_table_path(path)
+    if table is not None and not collect.runs_newer_than(path, os.path.getmtime(table)):
+      return _read(table), name
+    if table is not None:
+      print(f"note: {table} is older than some runs' results; collecting {path} again "
             "(in memory; python -m sweeps.collect updates the files)", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
