@@ -30,7 +30,6 @@ from typing import Any
 import grain
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from absl import app, flags, logging
@@ -51,6 +50,15 @@ from models.decoder import Decoder
 from models.positions import Dims
 
 # ---------------------------------------------------------------------------- setup helpers
+
+
+def chief_print(*args, **kwargs) -> None:
+  """`print` on process 0 only: a pod of N hosts reports a run once, not N times.
+
+  Args: as `print` (`file=sys.stderr` included).
+  """
+  if jax.process_index() == 0:
+    print(*args, **kwargs)
 
 
 def check_workdir(workdir: str) -> None:
@@ -291,9 +299,10 @@ def restore_latest(mngr: ocp.CheckpointManager, workdir: str, restore) -> tuple[
         from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices("moved unreadable checkpoints")
       for bad, error in failures:
-        print(f"warning: the checkpoint at step {bad} could not be restored ({error}); resuming "
-              f"from the checkpoint at step {step}; step {bad} was moved to {moved}/",
-              file=sys.stderr)
+        chief_print(f"warning: the checkpoint at step {bad} could not be restored ({error}); "
+                    f"resuming from the checkpoint at step {step}; step {bad} was moved to "
+                    f"{moved}/",
+                    file=sys.stderr)
     return restored, step
   if failures:
     raise ConfigError(f"no checkpoint in {mngr.directory} can be restored: "
@@ -575,13 +584,13 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     notes.append(f"eval.extension={config.eval.extension!r}: train.py evaluates the model as "
                  "trained; run eval-time extensions with python -m eval.run --workdir=... "
                  f"--config.eval.extension={config.eval.extension}")
-  for note in notes if jax.process_index() == 0 else []:
-    print(f"warning: not applied: {note}")
+  for note in notes:
+    chief_print(f"warning: not applied: {note}")
   if not task:
     perplexity.check_lengths(eval_lengths(config), None, config.model.position.kind)
     skip, reason = skipped_lengths(config, spec)
     if skip:
-      print(f"warning: eval lengths {skip} will be skipped: {reason}")
+      chief_print(f"warning: eval lengths {skip} will be skipped: {reason}")
     for suite in ("passkey", "needle"):
       if suite in suites:
         needle.check_suite(config, suite, docs, tokenizer)
@@ -652,7 +661,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     mngr.close()
     mngr = checkpoint_manager(workdir, config)  # sees the steps moved aside, if any
     state = restored["state"]
-    print(f"resumed from the checkpoint at step {latest} in {workdir}")
+    chief_print(f"resumed from the checkpoint at step {latest} in {workdir}")
     if is_chief:
       truncate_metrics(os.path.join(workdir, "metrics.jsonl"), latest)
   else:
@@ -789,15 +798,16 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     mngr.wait_until_finished()
     mngr.close()
     close_outputs()
-    print(f"preempted (SIGTERM) at step {step} of {t.num_steps}: checkpoint saved in "
-          f"{mngr.directory}; run again to resume")
+    chief_print(f"preempted (SIGTERM) at step {step} of {t.num_steps}: checkpoint saved in "
+                f"{mngr.directory}; run again to resume")
     return {"step": step, "preempted": True}
   bar.close()
   mngr.wait_until_finished()
   mngr.close()
   if step < t.num_steps:
     close_outputs()
-    print(f"stopped after step {step} of {t.num_steps} (train.stop_after_step); run again to resume")
+    chief_print(f"stopped after step {step} of {t.num_steps} (train.stop_after_step); "
+                "run again to resume")
     return {"step": step}
 
   # --- final validation and perplexity vs length (for a task: accuracy per instance size)
@@ -806,11 +816,13 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   if task:
     result = algorithmic.run_suite(config, workdir, spec, mesh, state["params"], step)
     close_outputs()
-    print(f"final validation loss: {val_loss:.4f} nats per answer token; exact match by size:")
+    chief_print(f"final validation loss: {val_loss:.4f} nats per answer token; "
+                "exact match by size:")
     for row in result["rows"]:
       if row["exact_match"] is not None:
-        print(f"  {task} size {row['size']:>4}{' (train)' if row['in_distribution'] else '':8}: "
-              f"exact match {row['exact_match']:.3f}, token accuracy {row['token_accuracy']:.3f}")
+        train = " (train)" if row["in_distribution"] else ""
+        chief_print(f"  {task} size {row['size']:>4}{train:8}: exact match "
+                    f"{row['exact_match']:.3f}, token accuracy {row['token_accuracy']:.3f}")
     return {"step": step, "val_loss": val_loss, "algorithmic": result}
   result = evaluate_ppl(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
                         extra={"final_validation_loss": val_loss})
@@ -820,24 +832,25 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   attention = (attention_stats.run_suite(config, workdir, spec, mesh, state["params"], step, docs,
                                          tokenizer) if "attention" in suites else None)
   close_outputs()
-  print(f"final validation loss: {val_loss:.4f} nats/byte ({val_loss / math.log(2):.4f} bits/byte); "
-        f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats")
+  chief_print(f"final validation loss: {val_loss:.4f} nats/byte "
+              f"({val_loss / math.log(2):.4f} bits/byte); "
+              f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats")
   if answer_windows is not None:
-    print(f"  passkey answer digits: {final['val_passkey_answer_nll']:.4f} nats per digit "
-          f"(chance {math.log(10):.4f}; near 0 once the key is copied from the needle)")
+    chief_print(f"  passkey answer digits: {final['val_passkey_answer_nll']:.4f} nats per digit "
+                f"(chance {math.log(10):.4f}; near 0 once the key is copied from the needle)")
   for row in result["rows"]:
     if row["nll"] is not None:
-      print(f"  ppl at {row['length']:>6} tokens ({row['multiplier']:g}x train_len): "
-            f"{row['ppl']:.4f} ({row['tokens']} tokens)")
+      chief_print(f"  ppl at {row['length']:>6} tokens ({row['multiplier']:g}x train_len): "
+                  f"{row['ppl']:.4f} ({row['tokens']} tokens)")
   for suite, r in retrieval.items():
-    print(f"  {suite}: accuracy by length "
-          + ", ".join(f"{row['length']}: {row['accuracy']:.2f}" for row in r["rows"]
-                      if row["accuracy"] is not None)
-          + f"; largest length passing {r['threshold']}: {r['max_length_passing']}")
+    chief_print(f"  {suite}: accuracy by length "
+                + ", ".join(f"{row['length']}: {row['accuracy']:.2f}" for row in r["rows"]
+                            if row["accuracy"] is not None)
+                + f"; largest length passing {r['threshold']}: {r['max_length_passing']}")
   if attention is not None:
-    print("  attention entropy (nats) / sink mass by length: "
-          + ", ".join(f"{row['length']}: {row['entropy']:.3f} / {row['sink_mass']:.3f}"
-                      for row in attention["rows"] if not row.get("skipped")))
+    chief_print("  attention entropy (nats) / sink mass by length: "
+                + ", ".join(f"{row['length']}: {row['entropy']:.3f} / {row['sink_mass']:.3f}"
+                            for row in attention["rows"] if not row.get("skipped")))
   extra = ({"val_passkey_answer_nll": final["val_passkey_answer_nll"]}
            if answer_windows is not None else {})
   extra |= {"attention": attention} if attention is not None else {}
@@ -912,6 +925,12 @@ def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
     jax.distributed.initialize()
 
 
+def initialize_from_flags() -> None:
+  """`initialize_distributed` with the flags of `define_distributed_flags`."""
+  initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes,
+                         FLAGS.process_id)
+
+
 # ---------------------------------------------------------------------------- entry point
 
 FLAGS = flags.FLAGS
@@ -922,6 +941,12 @@ def define_flags() -> None:
   config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).",
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for config, metrics, checkpoints and eval results.")
+  define_distributed_flags()
+
+
+def define_distributed_flags() -> None:
+  """--distributed, --coordinator_address, --num_processes, --process_id (train.py, eval.run):
+  the arguments of `initialize_distributed`."""
   flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
                     "jax.distributed.initialize(): auto = when a multi-process launch is detected "
                     "(see distributed_launcher), on = always (JAX detects the cluster), off = never.")
@@ -952,8 +977,7 @@ def main(argv):
   if config is None:
     raise app.UsageError("--config is required, e.g. --config=configs/alibi_tiny.py")
   try:
-    initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes,
-                           FLAGS.process_id)  # before any device is used
+    initialize_from_flags()  # before any device is used
     train_and_evaluate(config, FLAGS.workdir)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)

@@ -177,7 +177,8 @@ def evaluate_sizes(score_fn: Callable, params, task: tasks.Task, sizes, *,
     examples 0, accuracies None and `skipped`.
   """
   out = []
-  for size in tqdm(list(sizes), desc=f"{task.name} accuracy by size", leave=False):
+  for size in tqdm(list(sizes), desc=f"{task.name} accuracy by size", leave=False,
+                   disable=jax.process_index() != 0):
     length = task.sequence_length(size)
     row = {"size": int(size), "sequence_length": int(length),
            "in_distribution": bool(train_sizes[0] <= size <= train_sizes[1])}

@@ -286,7 +286,8 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
   prompts = grid_prompts(builder, run, depths, s.trials, s.seed)
   cells, rows, matrix = [], [], []
   total = len(run) * len(depths) * s.trials
-  with tqdm(total=total, desc=suite, leave=False, disable=total == 0) as bar:
+  with tqdm(total=total, desc=suite, leave=False,
+            disable=total == 0 or jax.process_index() != 0) as bar:
     for length in lengths:
       multiplier = length / config.data.train_len
       if length in skip:

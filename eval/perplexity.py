@@ -157,7 +157,8 @@ def score_windows_by_position(nll_fn: Callable, params, windows: dict[str, np.nd
   position_nll = np.zeros(length, np.float64)
   position_tokens = np.zeros(length, np.int64)
   given = windows.get("weights")
-  for lo in tqdm(range(0, n, batch_size), desc=desc, disable=desc is None, leave=False):
+  for lo in tqdm(range(0, n, batch_size), desc=desc, leave=False,
+                 disable=desc is None or jax.process_index() != 0):
     rows = min(batch_size, n - lo)
     batch = {}
     for key in FIELDS:
@@ -352,7 +353,8 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
       resolve_stride(length, protocol, stride)  # fail before any compilation
   per_doc = None if max_tokens_per_length <= 0 else -(-max_tokens_per_length // max(1, len(docs)))
   rows = []
-  for length in tqdm(list(lengths), desc="ppl vs length", leave=False):
+  for length in tqdm(list(lengths), desc="ppl vs length", leave=False,
+                     disable=jax.process_index() != 0):
     if length in skip:
       row = {"length": int(length), "stride": None, "windows": 0, "documents": 0, "tokens": 0,
              "nll": None, "ppl": None, "bits_per_byte": None, "skipped": skip_reason}

@@ -59,6 +59,7 @@ def define_flags(argv: list[str]) -> None:
   flags.DEFINE_list("length_multipliers", None, "Eval lengths as multiples of train_len "
                     "(default: the run's eval.length_multipliers).")
   flags.DEFINE_enum("split", None, ["validation", "test"], "Held-out split (default: the run's).")
+  train.define_distributed_flags()  # a pod or SLURM launch runs eval.run on every host
 
 
 # Fields that must agree for ppl_vs_length curves to share a figure (same text scored the same way).
@@ -154,7 +155,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   try:
     mesh_shape(config.mesh, len(devices))
   except ConfigError:
-    print(f"the run's mesh does not fit {len(devices)} devices; evaluating data-parallel")
+    train.chief_print(f"the run's mesh does not fit {len(devices)} devices; evaluating "
+                      "data-parallel")
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
   train.validate(config, len(devices))
   suites = eval_suites(config)
@@ -229,11 +231,14 @@ def main(argv):
     sys.exit(2)
   train.quiet_library_logs()
   try:
+    train.initialize_from_flags()  # before any device is used
     results = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,
                        FLAGS.length_multipliers, FLAGS.split, FLAGS.config)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  if jax.process_index() != 0:
+    return  # process 0 wrote the results and reports them
   for name, result in results.items():
     print(f"{name}:")
     for row in result.get("rows", []):
