@@ -22,7 +22,7 @@ import sys
 import pandas as pd
 from absl import app, flags
 
-from configs.validate import ConfigError
+from configs.validate import ConfigError, parse_flags
 from eval import plots
 from eval.files import atomic_write
 
@@ -170,4 +170,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

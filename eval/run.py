@@ -60,6 +60,7 @@ def define_flags(argv: list[str]) -> None:
                     "(default: the run's eval.length_multipliers).")
   flags.DEFINE_enum("split", None, ["validation", "test"], "Held-out split (default: the run's).")
   train.define_distributed_flags()  # a pod or SLURM launch runs eval.run on every host
+  flags.adopt_module_key_flags(train)  # so that --helpshort lists them
 
 
 # Fields that must agree for ppl_vs_length curves to share a figure (same text scored the same way).

@@ -48,7 +48,7 @@ from typing import Any, Iterable
 import pandas as pd
 from absl import app
 
-from configs.validate import ConfigError
+from configs.validate import ConfigError, parse_flags
 from eval.files import atomic_write
 from sweeps.study import result_key
 from sweeps.workdirs import read_results
@@ -328,4 +328,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -21,17 +21,26 @@ Backends:
           stop the others; at the end a table of every run launched, and exit status 1 if any
           failed.
   tpu     a TPU VM (or --parallel of them, named <tpu_name>-<i>) through `gcloud compute tpus
-          tpu-vm`: create it unless it exists; on --worker=all mount --tpu_bucket with gcsfuse
-          at --tpu_mount, clone or fetch the code at --tpu_git_ref and `pip install -e .`; then
-          run each pending run's commands on --worker=all, one run at a time per TPU (one
-          process per host; train.py's jax.distributed start-up joins them). --root is the
+          tpu-vm`: create it unless it exists; on --worker=all install gcsfuse if missing and
+          mount --tpu_bucket at --tpu_mount (--rename-dir-limit, so that Orbax's rename of a
+          finished checkpoint works on a flat bucket), clone or fetch the code at --tpu_git_ref,
+          make a Python 3.11 virtual environment with uv (TPU VM images ship Python 3.10, and
+          JAX needs 3.11) and `pip install -e .` into it; then run each pending run's commands
+          on --worker=all, one run at a time per TPU (one process per host; train.py's and
+          eval.run's jax.distributed start-up joins them). --root is the
           workdirs' folder on the workers, an absolute path under the mount (train.py writes
           with file I/O, so no gs:// URL); this machine reads the runs' state through
           gs://<bucket>/... (etils.epath: needs gcsfs), or, without a bucket, at --root itself
           (a shared file system mounted here too). Logs: --log_root/<study>/<run>.log here.
-  slurm   writes <root>/<study>/<run>/slurm.sbatch per pending run (install once per venv under
-          flock, then `srun` train.py and eval.run on --slurm_nodes nodes, one process per node)
-          and submits it with `sbatch`. --root must be a folder every node sees.
+  slurm   writes <root>/<study>/<run>/slurm.sbatch per pending run (the install, under flock,
+          only when the venv is new or pyproject.toml changed; then `srun` train.py and eval.run
+          on --slurm_nodes nodes, one process per node) and submits it with `sbatch`. --root and
+          --slurm_code_dir must be folders every node sees, and the nodes' python3 must be
+          >= 3.11 (e.g. --slurm_setup='module load python/3.11').
+
+The mesh and batch checks before launching assume the devices a run gets: --num_devices, else
+this machine's (local), the chips of --tpu_accelerator_type (tpu: v2/v3 cores, v4/v5p chips =
+half the number in the name, v5e/v6e chips), or --slurm_nodes x --slurm_gpus_per_node (slurm).
 
 `--dry-run` prints exactly the commands (local, tpu) or scripts (slurm) that would run, for the
 runs not yet complete, and launches nothing. (A dry run does not read a bucket: it lists every
@@ -46,6 +55,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -55,12 +65,16 @@ from typing import Callable, Sequence
 
 from absl import app, flags, logging
 
-from configs.validate import ConfigError
+from configs.validate import ConfigError, parse_flags
 from sweeps import workdirs
 from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
     validate_run
 
 BACKENDS = ("local", "tpu", "slurm")
+SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}")  # sbatch --time formats
+PYTHON_VERSION = "3.11"  # pyproject.toml's requires-python; the tpu backend's venv has it
+TPU_VENV_PYTHON = ".venv/bin/python"  # the tpu backend's interpreter, in the code folder
+GCSFUSE_RENAME_DIR_LIMIT = 200_000  # files per renamed folder gcsfuse allows (Orbax's commit)
 LOG_NAME = "launch.log"
 MANIFEST = "study.json"
 SBATCH_NAME = "slurm.sbatch"
@@ -112,8 +126,30 @@ class Planned:
     return self.state is None or not self.state.complete
 
 
+def tpu_devices(accelerator_type: str) -> int | None:
+  """JAX devices of a Cloud TPU slice, from its accelerator type; None if not recognised.
+
+  v2-N and v3-N count TensorCores, one device each; v4-N and v5p-N count TensorCores too, but
+  two make one device (megacore), so N/2; v5litepod-N, v5e-N and v6e-N count chips, one device
+  each. (Cloud TPU docs, "TPU versions".)
+
+  Args:
+    accelerator_type: e.g. "v4-32", "v5p-64", "v5litepod-16", "v6e-8".
+  """
+  family, _, count = accelerator_type.lower().partition("-")
+  if not count.isdigit() or int(count) < 1:
+    return None
+  n = int(count)
+  if family in ("v2", "v3", "v5litepod", "v5e", "v6e"):
+    return n
+  if family in ("v4", "v5p"):
+    return max(1, n // 2)
+  return None
+
+
 def default_num_devices(run: Run) -> int:
-  """Devices assumed for a remote run's checks: the product of the fixed mesh axes."""
+  """Devices assumed for a remote run's checks when the launcher cannot tell: the product of
+  the fixed mesh axes."""
   m = run.config.mesh
   return math.prod(s for s in (m.data, m.fsdp, m.tensor) if s != -1)
 
@@ -330,6 +366,7 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
   config_arg = study.config_arg()
   todo = [p for p in planned if p.pending]
   if dry_run:
+    print(f"# the commands run in {REPO_ROOT}")
     for p in todo:
       print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else ""))
       for step in run_steps(p, python, config_arg):
@@ -369,10 +406,26 @@ def _gcloud(opts: TpuOptions, verb: str, tpu: str, *extra: str) -> str:
   return shlex.join(argv + list(extra))
 
 
+# gcsfuse from Google's apt repository, when the image lacks it (Cloud Storage FUSE docs).
+GCSFUSE_INSTALL = (
+    "command -v gcsfuse >/dev/null || { "
+    "curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg "
+    "| sudo tee /usr/share/keyrings/cloud.google.asc >/dev/null && "
+    "echo \"deb [signed-by=/usr/share/keyrings/cloud.google.asc] "
+    "https://packages.cloud.google.com/apt gcsfuse-$(lsb_release -cs) main\" "
+    "| sudo tee /etc/apt/sources.list.d/gcsfuse.list >/dev/null && "
+    "sudo apt-get update -qq && sudo apt-get install -y -qq gcsfuse; }; ")
+# uv (Astral's installer), which makes a venv with a Python the image does not have.
+UV_INSTALL = ("[ -x \"$HOME/.local/bin/uv\" ] || curl -LsSf https://astral.sh/uv/install.sh "
+              "| sh -s -- --quiet; ")
+
+
 def tpu_setup_lines(opts: TpuOptions, tpu: str) -> list[str]:
-  """Shell lines that create the TPU VM `tpu` unless it exists, then on every worker mount the
-  bucket (if any) with gcsfuse, put the code at `opts.git_ref` in `opts.code_dir` and
-  `pip install -e .` it."""
+  """Shell lines that create the TPU VM `tpu` unless it exists, then on every worker install
+  gcsfuse if missing and mount the bucket (if any), put the code at `opts.git_ref` in
+  `opts.code_dir` (cloned from `opts.repo`, or fetched after pointing `origin` at it) and
+  install it: into a Python `PYTHON_VERSION` venv made with uv (`TPU_VENV_PYTHON`), or with
+  `opts.python -m pip` when --python names an interpreter."""
   create = [f"--accelerator-type={opts.accelerator_type}", f"--version={opts.runtime_version}"]
   if opts.spot:
     create.append("--spot")
@@ -380,13 +433,22 @@ def tpu_setup_lines(opts: TpuOptions, tpu: str) -> list[str]:
   mount = ""
   if opts.bucket:
     m = shlex.quote(opts.mount)
-    mount = (f"sudo mkdir -p {m} && sudo chown \"$(id -u)\" {m}; mountpoint -q {m} || "
-             f"gcsfuse --implicit-dirs {shlex.quote(opts.bucket)} {m}; ")
-  remote = (f"set -e; {mount}if [ -d {code}/.git ]; then git -C {code} fetch --quiet origin; "
-            f"else git clone --quiet {shlex.quote(opts.repo)} {code}; fi; "
-            f"git -C {code} checkout --quiet --detach {shlex.quote(opts.git_ref)}; "
-            f"cd {code} && {shlex.quote(opts.python)} -m pip install --quiet -e . "
-            f"{shlex.quote(opts.jax_requirement)}")
+    mount = (f"{GCSFUSE_INSTALL}sudo mkdir -p {m} && sudo chown \"$(id -u)\" {m}; "
+             f"mountpoint -q {m} || gcsfuse --implicit-dirs "
+             f"--rename-dir-limit={GCSFUSE_RENAME_DIR_LIMIT} {shlex.quote(opts.bucket)} {m}; ")
+  repo = shlex.quote(opts.repo)
+  code_lines = (f"if [ -d {code}/.git ]; then git -C {code} remote set-url origin {repo} && "
+                f"git -C {code} fetch --quiet origin; else git clone --quiet {repo} {code}; fi; "
+                f"git -C {code} checkout --quiet --detach {shlex.quote(opts.git_ref)}; ")
+  jax = shlex.quote(opts.jax_requirement)
+  if opts.python == TPU_VENV_PYTHON:
+    uv = '"$HOME/.local/bin/uv"'
+    install = (f"{UV_INSTALL}cd {code} && {{ [ -x {TPU_VENV_PYTHON} ] || {uv} venv --quiet "
+               f"--python {PYTHON_VERSION} .venv; }} && {uv} pip install --quiet "
+               f"--python {TPU_VENV_PYTHON} -e . {jax}")
+  else:
+    install = f"cd {code} && {shlex.quote(opts.python)} -m pip install --quiet -e . {jax}"
+  remote = f"set -e; {mount}{code_lines}{install}"
   return [f"{_gcloud(opts, 'describe', tpu)} >/dev/null 2>&1 || {_gcloud(opts, 'create', tpu, *create)}",
           _gcloud(opts, "ssh", tpu, "--worker=all", f"--command={remote}")]
 
@@ -478,14 +540,21 @@ def sbatch_script(opts: SlurmOptions, study: Study, planned: Planned) -> str:
     directives.append(f"--partition={opts.partition}")
   if opts.account:
     directives.append(f"--account={opts.account}")
-  install = (f"[ -x {shlex.quote(python)} ] || python3 -m venv {shlex.quote(opts.venv)}; "
-             f"{shlex.quote(python)} -m pip install --quiet -e {shlex.quote(opts.code_dir)} "
-             f"{shlex.quote(opts.jax_requirement)}")
+  venv, code = shlex.quote(opts.venv), shlex.quote(opts.code_dir)
+  stamp = shlex.quote(os.path.join(opts.venv, ".installed"))
+  version = tuple(int(x) for x in PYTHON_VERSION.split("."))
+  install = (f"[ -x {shlex.quote(python)} ] || {{ python3 -c 'import sys; "
+             f"sys.exit(sys.version_info < {version})' || {{ echo \"error: python3 on $(hostname) "
+             f"is $(python3 -V 2>&1); the runs need >= {PYTHON_VERSION}: load one with "
+             f"--slurm_setup\" >&2; exit 2; }}; python3 -m venv {venv}; }}; "
+             f"[ {stamp} -nt {code}/pyproject.toml ] || {{ {shlex.quote(python)} -m pip install "
+             f"--quiet -e {code} {shlex.quote(opts.jax_requirement)} && touch {stamp}; }}")
   srun = f"srun --nodes={opts.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1"
   lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
       f"# study {study.name}, run {planned.run.name}: written by sweeps.launch", "set -euo pipefail",
       *opts.setup, f"cd {shlex.quote(opts.code_dir)}",
-      "# install: once per venv; flock keeps concurrent jobs from installing at once",
+      "# install: when the venv is new or pyproject.toml changed (the code is installed "
+      "editable); flock keeps concurrent jobs from installing at once",
       f"flock {shlex.quote(opts.venv + '.lock')} bash -c {shlex.quote(install)}"]
   for step in run_steps(planned, python, study.config_arg()):
     lines.append(f"{srun} {step.line}")
@@ -530,10 +599,12 @@ def define_flags() -> None:
   flags.DEFINE_bool("dry_run", False, "Print the commands / scripts; launch nothing.")
   flags.DEFINE_alias("dry-run", "dry_run")
   flags.DEFINE_integer("num_devices", 0, "Devices each run sees, for the mesh and batch checks "
-                       "before launching; 0 = this machine's (local) or the product of the "
-                       "config's fixed mesh axes (tpu, slurm).")
+                       "before launching; 0 = this machine's (local), the slice's "
+                       "(tpu: from --tpu_accelerator_type) or --slurm_nodes x "
+                       "--slurm_gpus_per_node (slurm).")
   flags.DEFINE_string("python", None, "Interpreter of the runs; default: this one (local), "
-                      "python3 (tpu), <slurm_venv>/bin/python (slurm).")
+                      f"{TPU_VENV_PYTHON} in the code folder, a Python {PYTHON_VERSION} venv "
+                      "made with uv (tpu), <slurm_venv>/bin/python (slurm).")
   flags.DEFINE_string("log_root", "workdirs/sweep_logs", "tpu: local folder for per-run logs "
                       "(<log_root>/<study>/<run>.log).")
   flags.DEFINE_string("jax_requirement", None, "pip requirement installed with the code; default "
@@ -589,6 +660,10 @@ def tpu_options() -> TpuOptions:
   repo = FLAGS.tpu_repo or _git("remote", "get-url", "origin")
   if not repo:
     raise LaunchError("--backend=tpu needs --tpu_repo (this checkout has no `origin` remote)")
+  if not is_remote_git_url(repo):
+    raise LaunchError(f"--tpu_repo={repo}{'' if FLAGS.tpu_repo else ' (this checkout`s origin)'} "
+                      "is a local path the TPU workers cannot clone; push the code and give its "
+                      "URL (https://..., ssh://..., or git@host:path)")
   ref = FLAGS.tpu_git_ref or _git("rev-parse", "HEAD")
   if not ref:
     raise LaunchError("--backend=tpu needs --tpu_git_ref (this checkout has no commit)")
@@ -601,7 +676,16 @@ def tpu_options() -> TpuOptions:
     raise LaunchError(f"--tpu_mount must be an absolute path; got {mount}")
   return TpuOptions(FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.tpu_project, FLAGS.tpu_accelerator_type,
                     FLAGS.tpu_runtime_version, FLAGS.tpu_spot, repo, ref, FLAGS.tpu_code_dir,
-                    FLAGS.jax_requirement or "jax[tpu]", FLAGS.python or "python3", bucket, mount)
+                    FLAGS.jax_requirement or "jax[tpu]", FLAGS.python or TPU_VENV_PYTHON, bucket,
+                    mount)
+
+
+def is_remote_git_url(repo: str) -> bool:
+  """True for a git URL another machine can clone: scheme://... or scp-like user@host:path."""
+  if "://" in repo:
+    return not repo.startswith("file://")
+  head, sep, _ = repo.partition(":")
+  return bool(sep) and "@" in head and "/" not in head
 
 
 def tpu_state_root(opts: TpuOptions, root: str) -> str:
@@ -624,11 +708,16 @@ def slurm_options() -> SlurmOptions:
   """SlurmOptions from the flags.
 
   Raises:
-    LaunchError: a node, GPU or CPU count < 1 (0 GPUs is allowed), or a relative code folder.
+    LaunchError: a node, GPU or CPU count < 1 (0 GPUs is allowed), a relative code folder or
+      a time limit not in one of SLURM's formats.
   """
   for name, low in (("slurm_nodes", 1), ("slurm_gpus_per_node", 0), ("slurm_cpus_per_task", 1)):
     if FLAGS[name].value < low:
       raise LaunchError(f"--{name} must be >= {low}; got {FLAGS[name].value}")
+  if not SLURM_TIME.fullmatch(FLAGS.slurm_time):
+    raise LaunchError(f"--slurm_time={FLAGS.slurm_time!r} is not a SLURM time limit: minutes, "
+                      "minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes or "
+                      "days-hours:minutes:seconds")
   if not os.path.isabs(FLAGS.slurm_code_dir):
     raise LaunchError(f"--slurm_code_dir must be an absolute path; got {FLAGS.slurm_code_dir}")
   venv = FLAGS.slurm_venv or os.path.join(FLAGS.slurm_code_dir, ".venv")
@@ -652,9 +741,13 @@ def launch(study_spec: str) -> int:
   """
   backend, root, dry_run = FLAGS.backend, FLAGS.root, FLAGS.dry_run
   if not root:
-    raise LaunchError("--root is required (the folder or gs:// path that holds <study>/<run>)")
+    raise LaunchError("--root is required: the folder that holds <study>/<run> (tpu: a path "
+                      "on the workers, e.g. under the --tpu_bucket mount)")
   if FLAGS.parallel < 1:
     raise LaunchError(f"--parallel must be >= 1; got {FLAGS.parallel}")
+  if FLAGS.num_devices < 0:
+    raise LaunchError(f"--num_devices must be >= 1, or 0 for the backend's count; got "
+                      f"{FLAGS.num_devices}")
   if workdirs.is_remote(root):
     raise LaunchError(f"--root={root}: train.py writes with file I/O, so give a folder (for a "
                       "bucket on TPU workers: --tpu_bucket, mounted at --tpu_mount, and a --root "
@@ -676,9 +769,17 @@ def launch(study_spec: str) -> int:
     raise LaunchError(f"--backend=tpu: Study.config {study.config_arg()} is outside the "
                       f"repository, so the TPU workers' checkout does not have it")
   num_devices = FLAGS.num_devices or None
-  if backend == "local" and num_devices is None:
+  if num_devices is None and backend == "local":
     import jax
     num_devices = jax.device_count()
+  elif num_devices is None and backend == "tpu":
+    num_devices = tpu_devices(tpu.accelerator_type)  # None: the mesh's fixed axes
+    if num_devices is None:
+      print(f"warning: --tpu_accelerator_type={tpu.accelerator_type}: device count unknown; "
+            "the checks assume the product of each config's fixed mesh axes (set "
+            "--num_devices)", file=sys.stderr)
+  elif num_devices is None and backend == "slurm":
+    num_devices = slurm.nodes * max(1, slurm.gpus_per_node)
   # A dry run does not read a bucket, nor a TPU root that this machine does not mount.
   read_state = not (dry_run and backend == "tpu" and (workdirs.is_remote(state_root)
                                                        or not os.path.isdir(state_root)))
@@ -716,8 +817,10 @@ def main(argv):
   if not FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # JAX's backend probing logs at INFO
   if len(argv) != 2:
-    raise app.UsageError("usage: python -m sweeps.launch <study file or module> --root=<dir> "
-                         "[--backend=local|tpu|slurm] [--parallel=N] [--dry-run]")
+    print("error: usage: python -m sweeps.launch <study file or module> --root=<dir> "
+          "[--backend=local|tpu|slurm] [--parallel=N] [--dry-run]; got "
+          f"{len(argv) - 1} arguments", file=sys.stderr)
+    sys.exit(2)
   try:
     code = launch(argv[1])
   except ConfigError as e:
@@ -728,4 +831,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

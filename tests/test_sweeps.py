@@ -206,13 +206,22 @@ def test_tpu_dry_run_has_worker_flag_install_run_and_workdir(dry_runs):
   assert "gs://pe-bucket/sweeps not read in a dry run" in lines[0]
   install = [l for l in lines if "pip install" in l]
   assert len(install) == 1 and "--worker=all" in install[0]
-  assert "gcsfuse --implicit-dirs pe-bucket /mnt/pe-bucket" in install[0]
+  # gcsfuse lets Orbax rename a finished checkpoint's folder on a flat bucket
+  assert "gcsfuse --implicit-dirs --rename-dir-limit=200000 pe-bucket /mnt/pe-bucket" in install[0]
+  assert "command -v gcsfuse >/dev/null || {" in install[0]  # installed when the image lacks it
   assert "git clone --quiet https://example.org/pe-sweeps.git pe-sweeps" in install[0]
+  assert "remote set-url origin https://example.org/pe-sweeps.git" in install[0]
   assert "checkout --quiet --detach 0123abc" in install[0] and "-e ." in install[0]
+  # TPU VM images ship Python 3.10; the code needs 3.11 (pyproject.toml): a uv venv
+  assert "uv\" venv --quiet --python 3.11 .venv" in install[0]
+  assert "pip install --quiet --python .venv/bin/python -e ." in install[0]
   train = [l for l in lines if "train.py" in l]
   assert len(train) == 18 and all(l.startswith("gcloud compute tpus tpu-vm ssh pe-v4 ")
-                                  and "--worker=all" in l and "cd pe-sweeps && python3 train.py"
-                                  in l for l in train)
+                                  and "--worker=all" in l
+                                  and "cd pe-sweeps && .venv/bin/python train.py" in l
+                                  for l in train)
+  evals = [l for l in lines if " -m eval.run " in l]
+  assert len(evals) == 18 + 18 + 2 * 2 and all("--worker=all" in l for l in evals)
   assert any("--workdir=/mnt/pe-bucket/sweeps/pe_extrapolation_cpu/kind=alibi,seed=0,"
              "shuffle_seed=0 " in l for l in train)
 
@@ -226,10 +235,47 @@ def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
   assert "#SBATCH --nodes=2" in script and f"#SBATCH --output={workdir}/launch.log" in script
   assert "module load cuda/12.4" in script
   assert "pip install --quiet -e" in script and "flock" in script
+  install = next(l for l in script.splitlines() if l.startswith("flock "))
+  assert "sys.version_info < (3, 11)" in install  # the nodes' python3 is checked
+  assert "/.venv/.installed -nt " in install  # pip runs again only when pyproject.toml changed
   srun = [l for l in script.splitlines() if l.startswith("srun --nodes=2 --ntasks-per-node=1")]
   assert len(srun) == 3 and " train.py --config=configs/passkey_tiny.py" in srun[0]
   assert f"--workdir={workdir} " in srun[0] and " -m eval.run " in srun[1]
   assert f"sbatch {workdir}/slurm.sbatch" in script
+
+
+def test_launcher_flags_are_checked_before_anything_runs(tmp_path):
+  assert [launch.tpu_devices(t) for t in ("v2-8", "v3-32", "v4-8", "v4-64", "v5p-128",
+                                          "v5litepod-16", "v6e-8", "v7x-8", "v4")] == [
+      8, 32, 4, 32, 64, 16, 8, None, None]
+  assert launch.is_remote_git_url("https://github.com/o/r.git")
+  assert launch.is_remote_git_url("git@github.com:o/r.git")
+  assert not launch.is_remote_git_url("/home/me/pe-sweeps")
+  assert not launch.is_remote_git_url("file:///home/me/pe-sweeps")
+  study, root = "sweeps/pe_extrapolation_cpu.py", f"--root={tmp_path}"
+  tpu = ["--backend=tpu", "--root=/mnt/b/sweeps", "--tpu_bucket=b", "--tpu_name=t",
+         "--tpu_zone=z", "--tpu_git_ref=0123abc", "--dry-run"]
+  cases = {
+      (): "usage: python -m sweeps.launch <study file or module>",
+      (study, root, "--bogus"): "Unknown command line flag 'bogus'",
+      (study, root, "--backend=k8s"): "--backend=k8s: value should be one of <local|tpu|slurm>",
+      (study, root, "--num_devices=-3", "--dry-run"): "--num_devices must be >= 1",
+      (study, root, "--backend=slurm", "--slurm_time=banana", "--dry-run"):
+          "--slurm_time='banana' is not a SLURM time limit",
+      (study, *tpu, "--tpu_repo=/home/me/pe-sweeps"): "is a local path the TPU workers cannot",
+      # a v5p-64 slice has 32 devices: the study's batch of 16 cannot be split over them
+      (study, *tpu, "--tpu_repo=https://example.org/r.git", "--tpu_accelerator_type=v5p-64"):
+          "mesh.data*mesh.fsdp=32",
+      # 4 nodes x 8 GPUs = 32 devices likewise
+      (study, root, "--backend=slurm", "--slurm_nodes=4", "--slurm_gpus_per_node=8",
+       "--dry-run"): "mesh.data*mesh.fsdp=32"}
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    done = {args: pool.submit(launch_cli, *args) for args in cases}
+  for args, match in cases.items():
+    result = done[args].result()
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and match in errors[0], (args, result.stderr)
+    assert "Traceback" not in result.stderr and not result.stdout.strip(), args
 
 
 # ---------------------------------------------------------------------------- end to end
