@@ -163,7 +163,12 @@ def collect(study_dir: str) -> pd.DataFrame:
                        f"{os.path.dirname(os.path.abspath(study_dir))}")
   dirs = run_dirs(study_dir)
   if not dirs:
-    raise CollectError(f"{study_dir} holds no run folder with a config.json (nothing trained yet?)")
+    studies = sorted(d for d in os.listdir(study_dir) if os.path.isdir(os.path.join(study_dir, d))
+                     and run_dirs(os.path.join(study_dir, d)))
+    raise CollectError(f"{study_dir} holds no run folder with a config.json"
+                       + (f"; it looks like a sweep root: collect one of its study folders "
+                          f"({', '.join(os.path.join(study_dir, d) for d in studies)})"
+                          if studies else " (nothing trained yet?)"))
   runs = []
   for workdir in dirs:
     try:
@@ -303,7 +308,7 @@ def main(argv):
     print("error: usage: python -m sweeps.collect <root>/<study>; got "
           f"{len(argv) - 1} arguments", file=sys.stderr)
     sys.exit(2)
-  study_dir = argv[1]
+  study_dir = os.path.normpath(argv[1])
   try:
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
