@@ -524,8 +524,11 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
       "tokens_scored": sum(r["tokens"] for r in rows), "unit": "nats per byte token"}
   result = {
       "suite": "ppl_vs_length", **common,
+      # The splits held in memory: a prepared corpus's training split (read lazily from its
+      # shards) would be read and decoded whole, at pod scale for hours, so it is left out.
       "unigram_entropy_nats": perplexity.unigram_entropy(
-          [d for split in docs.values() for d in split]),
+          [d for split in docs.values() if not isinstance(split, corpora.PreparedSplit)
+           for d in split]),
       "rows": rows, **(extra or {})}
   positions = {
       "suite": "loss_by_position", **common, "position_bins": position_bins,
