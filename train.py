@@ -61,6 +61,12 @@ def chief_print(*args, **kwargs) -> None:
     print(*args, **kwargs)
 
 
+def token_unit(config) -> str:
+  """What one token of the run is: "byte" (data.tokenizer='byte') or "token" (SentencePiece),
+  the unit of its losses (nats per ...) in reports."""
+  return "byte" if config.data.tokenizer == "byte" else "token"
+
+
 def check_workdir(workdir: str) -> None:
   """Checks that `workdir` can be used, without creating it (`make_workdir` does, once every
   other check has passed, so a refused run leaves nothing behind).
@@ -521,7 +527,7 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
       **rope_scaling.extension_header(config),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "max_tokens_per_length": e.max_tokens_per_length,
-      "tokens_scored": sum(r["tokens"] for r in rows), "unit": "nats per byte token"}
+      "tokens_scored": sum(r["tokens"] for r in rows), "unit": f"nats per {token_unit(config)}"}
   result = {
       "suite": "ppl_vs_length", **common,
       # The splits held in memory: a prepared corpus's training split (read lazily from its
@@ -782,7 +788,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         check_finite(step)
         record = validation_record(step, state["params"])
         bar.write(f"step {step}: validation loss {record['val_loss']:.4f} "
-                  f"{'nats/answer token' if task else 'nats/byte'}"
+                  f"{'nats/answer token' if task else 'nats/' + token_unit(config)}"
                   + (f"; passkey answer digits {record['val_passkey_answer_nll']:.3f} nats "
                      f"(chance {math.log(10):.3f})" if answer_windows is not None else ""))
         interval_start, interval_steps = time.perf_counter(), 0
@@ -835,8 +841,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   attention = (attention_stats.run_suite(config, workdir, spec, mesh, state["params"], step, docs,
                                          tokenizer) if "attention" in suites else None)
   close_outputs()
-  chief_print(f"final validation loss: {val_loss:.4f} nats/byte "
-              f"({val_loss / math.log(2):.4f} bits/byte); "
+  unit = token_unit(config)
+  chief_print(f"final validation loss: {val_loss:.4f} nats/{unit} "
+              f"({val_loss / math.log(2):.4f} bits/{unit}); "
               f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats")
   if answer_windows is not None:
     chief_print(f"  passkey answer digits: {final['val_passkey_answer_nll']:.4f} nats per digit "

@@ -97,7 +97,7 @@ def plot_loss_by_position(result: dict, path: str) -> None:
   ax.set_xscale("log", base=2)
   ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
   ax.set_xlabel("context tokens (position in window + 1)")
-  ax.set_ylabel("NLL (nats per byte token)")
+  ax.set_ylabel("NLL (nats per token)")
   ax.set_title(f"Loss by position: {curve_label(result)}, {result.get('protocol', '')} "
                f"({result.get('split', '')}, step {result.get('step', '?')})", fontsize=9)
   ax.grid(True, which="both", alpha=0.3)
