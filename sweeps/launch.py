@@ -661,9 +661,10 @@ def tpu_options() -> TpuOptions:
   if not repo:
     raise LaunchError("--backend=tpu needs --tpu_repo (this checkout has no `origin` remote)")
   if not is_remote_git_url(repo):
-    raise LaunchError(f"--tpu_repo={repo}{'' if FLAGS.tpu_repo else ' (this checkout`s origin)'} "
-                      "is a local path the TPU workers cannot clone; push the code and give its "
-                      "URL (https://..., ssh://..., or git@host:path)")
+    source = "" if FLAGS.tpu_repo else " (this checkout's origin)"
+    raise LaunchError(f"--tpu_repo={repo}{source} is a local path the TPU workers cannot "
+                      "clone; push the code and give its URL (https://..., ssh://..., or "
+                      "git@host:path)")
   ref = FLAGS.tpu_git_ref or _git("rev-parse", "HEAD")
   if not ref:
     raise LaunchError("--backend=tpu needs --tpu_git_ref (this checkout has no commit)")
