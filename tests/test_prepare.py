@@ -175,8 +175,9 @@ def test_train_py_reads_the_same_first_batches_from_array_record(prepared, text_
       np.testing.assert_array_equal(x[k], y[k])
 
 
-def test_sentencepiece_run_trains_and_evaluates(prepared, text_corpus, tmp_path):
-  """A few steps from SentencePiece shards, then validation and perplexity on TokenizedDocuments."""
+def test_sentencepiece_run_trains_and_evaluates(prepared, text_corpus, tmp_path, capsys):
+  """A few steps from SentencePiece shards, then validation and perplexity on TokenizedDocuments;
+  losses are reported per token, not per byte."""
   c = tiny_config(text_corpus)
   c.data.source, c.data.text_glob = "array_record", ""
   c.data.array_record_dir = prepared["sp"]
@@ -191,6 +192,8 @@ def test_sentencepiece_run_trains_and_evaluates(prepared, text_corpus, tmp_path)
   assert out["ppl_vs_length"]["rows"][0]["tokens"] > 0
   resolved = json.load(open(tmp_path / "config.json"))
   assert "train" not in resolved["split_documents"] and resolved["split_documents"]["validation"]
+  assert out["ppl_vs_length"]["unit"] == "nats per token"
+  assert "nats/token" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ JSON lines
