@@ -17,12 +17,14 @@ distribution). Every run is evaluated at 0.5x..16x train_len (128..4096 tokens) 
     minute), for notebooks/attention.ipynb and the report.
 Each perplexity pass also gives the loss by token position.
 
-Launch, resume (the same command) and collect:
+Launch (two runs side by side: measured faster than one at a time, below), resume (the same
+command) and collect:
 
-  python -m sweeps.launch sweeps/pe_extrapolation_cpu.py --backend=local --root=workdirs/sweeps
+  python -m sweeps.launch sweeps/pe_extrapolation_cpu.py --backend=local --root=workdirs/sweeps \
+      --parallel=2
   python -m sweeps.collect workdirs/sweeps/pe_extrapolation_cpu
 
-Wall time on 2 CPU cores (estimated from measured parts, not run as a whole). A tiny run trains
+Wall time on 2 CPU cores, as planned (the measured times follow). A tiny run trains
 at 0.72 s per step of 16 x 256 tokens with the 2 cores to itself (README: alibi_tiny, 900 steps,
 11.5 min with start-up and evaluation to 8x); runs measured while other jobs shared the cores
 took up to 20 min. passkey_tiny trains 1500 steps (19 min), so its 18 runs alone would take
@@ -38,19 +40,24 @@ took up to 20 min. passkey_tiny trains 1500 steps (19 min), so its 18 runs alone
 Per run: training 7.2 min; the final evaluation (non-overlapping perplexity to 16x, about 0.6
 min, and the passkey grid, about 1.2 min); the sliding pass, about 1.2 min with start-up: about
 10.2 min, 18 runs 3.1 h. RoPE's PI/YaRN passes add about 3 min per factor per run (perplexity
-and passkey for two extensions), 12 min for both seeds. Total about 3.3 h with the 2 cores free
-(--parallel=1: XLA already uses both cores in one run), within the 4 hours; with the cores shared
-as in the 20-min measurements it would take about 5.5 h, so run it on an otherwise idle machine.
+and passkey for two extensions), 12 min for both seeds. Total about 3.3 h with the 2 cores free,
+within the 4 hours; with the cores shared as in the 20-min measurements it would take about
+5.5 h, so run it on an otherwise idle machine.
 Runs are ordered seed 0 of every scheme first, so a study stopped early still has one seed of
 each; launching again resumes it.
 
-Measured on 2026-11-30 (the first run of this study, seed 0; the cores were shared with
-development work, and paused with it at times, so these are upper bounds): training 600 steps
-took 9.1-11.7 min per run when the run had the cores mostly to itself (0.9-1.1 s per step, not
-the 0.72 s assumed above), the final passkey grid 1.3-2.3 min, RoPE's PI/YaRN passes about
-6.5 min per (extension, factor) with another run training beside them. That puts the whole
-study at about 4.5-5 h on two free cores, over the 4-hour budget; the estimate above is kept to
-show what it assumed.
+Measured on 2026-11-30, seed 1 (launched with --parallel=2 on the 2 cores, nothing else
+running until 20:59; a test suite shared the cores after that): a run of most schemes took
+19-20 min of its slot (sinusoidal 19m24s, alibi 19m47s: training and the final evaluation 17
+min, at ~3,300 tokens/s per run while another trains beside it, 6,600 together against 5,800
+for one run alone; the sliding pass 1.7-1.9 min; the attention pass under a minute), RoPE 36.5
+min with its PI/YaRN passes (7.6 min for factor 4: perplexity and passkey for both extensions),
+FIRE about 52 min (its per-pair MLP, [batch, queries, keys, fire_mlp_width], makes training about
+3x slower, ~1,000 tokens/s beside another run, and its 4,096-token passkey prompts too). Summed
+over the 18 runs and halved for two runs side by side, that puts the whole study at about
+3.8-4 h on two free cores: at the 4-hour budget, with FIRE's two runs nearly a quarter of it. The
+first seed's times (up to 56 min per run) are no guide: the cores were shared with development
+work and the study was paused and resumed across sessions.
 """
 
 from sweeps.study import Study, cross, product, zip_
@@ -87,6 +94,6 @@ STUDY = Study(
         "eval.passkey.trials": 3,
     },
     description="9 schemes x 2 seeds, tiny passkey model, train_len 256, ppl (non-overlapping "
-                "and sliding) and passkey to 16x, RoPE + PI/YaRN; about 4.5-5 h on 2 free cores "
-                "(measured parts, module docstring)",
+                "and sliding) and passkey to 16x, RoPE + PI/YaRN; about 3.8-4 h on 2 free "
+                "cores with --parallel=2 (measured per run, module docstring)",
 )
