@@ -48,6 +48,7 @@ from typing import Any, Iterable
 import pandas as pd
 from absl import app
 
+from configs import base as base_config
 from configs.validate import ConfigError, parse_flags
 from eval.files import atomic_write
 from sweeps.study import result_key
@@ -182,6 +183,12 @@ def collect(study_dir: str) -> pd.DataFrame:
   if not runs:
     raise CollectError(f"{study_dir}: no run folder has a readable config.json")
   fields = sorted({k for _, _, flat in runs for k in flat})
+  # A field added to the code after a run trained is absent from its config.json: it takes the
+  # field's configs/base.py default (new fields default to the old behaviour), so that it splits
+  # no configuration's seeds unless some run set it to something else.
+  defaults = _flatten(base_config.get_config().to_dict())
+  runs = [(w, stored, {k: flat[k] if k in flat else defaults.get(k) for k in fields})
+          for w, stored, flat in runs]
   varying = [k for k in fields if k not in STANDARD_FIELDS
              and len({repr(flat.get(k)) for _, _, flat in runs}) > 1]
   study = os.path.basename(os.path.normpath(study_dir))

@@ -370,9 +370,9 @@ def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tm
   assert len(pd.read_csv(os.path.join(root, "mini", "summary.csv"))) == 2
 
 
-def test_an_eval_field_missing_from_older_runs_does_not_split_their_seeds(tmp_path):
-  """Runs trained before a field was added to the eval config lack it in config.json; the summary
-  still pools every seed of a scheme (the field is a column, not a group)."""
+def test_a_field_missing_from_older_runs_does_not_split_their_seeds(tmp_path):
+  """Runs trained before a field was added to the config lack it in config.json: it takes its
+  configs/base.py default, so the summary still pools every seed of a scheme."""
   from tests.fake_study import GROWTH, write_fake_study
   study = write_fake_study(str(tmp_path), algorithmic=False)
   for scheme in GROWTH:
@@ -380,12 +380,25 @@ def test_an_eval_field_missing_from_older_runs_does_not_split_their_seeds(tmp_pa
     with open(path) as f:
       stored = json.load(f)
     del stored["config"]["eval"]["attention"]
+    del stored["config"]["data"]["prefetch_batches"]  # a field added later, at its default
+    stored["config"]["train"]["skip_nonfinite_batches"] = None  # likewise, written as null
     with open(path, "w") as f:
       json.dump(stored, f)
   frame = collect.collect(study)
-  assert "cfg.eval.attention.windows" in frame.columns
+  assert "cfg.eval.attention.windows" not in frame.columns  # absent = the default: no column
+  assert "cfg.data.prefetch_batches" not in frame.columns
+  assert "cfg.train.skip_nonfinite_batches" in frame.columns  # null is a value, not absence
   summary = collect.summarize(frame)
-  assert "cfg.eval.attention.windows" not in summary.columns
+  assert "cfg.train.skip_nonfinite_batches" in summary.columns
+  for scheme in GROWTH:
+    path = os.path.join(study, f"kind={scheme},seed=0", "config.json")
+    with open(path) as f:
+      stored = json.load(f)
+    del stored["config"]["train"]["skip_nonfinite_batches"]
+    with open(path, "w") as f:
+      json.dump(stored, f)
+  summary = collect.summarize(collect.collect(study))
+  assert not [c for c in summary.columns if c.startswith("cfg.")]
   runs = summary.set_index(["scheme", "extension"])["runs"].to_dict()
   assert runs == {("alibi", "none"): 2, ("none", "none"): 2, ("rope", "none"): 2,
                   ("rope", "yarn"): 2}
