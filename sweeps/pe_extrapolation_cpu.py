@@ -52,7 +52,7 @@ running until 20:59; a test suite shared the cores after that): a run of most sc
 min, at ~3,300 tokens/s per run while another trains beside it, 6,600 together against 5,800
 for one run alone; the sliding pass 1.7-1.9 min; the attention pass under a minute), RoPE 36.5
 min with its PI/YaRN passes (7.6 min for factor 4: perplexity and passkey for both extensions),
-FIRE about 52 min (its per-pair MLP, [batch, queries, keys, fire_mlp_width], makes training about
+FIRE 52 min (its per-pair MLP, [batch, queries, keys, fire_mlp_width], makes training about
 3x slower, ~1,000 tokens/s beside another run, and its 4,096-token passkey prompts too). Summed
 over the 18 runs and halved for two runs side by side, that puts the whole study at about
 3.8-4 h on two free cores: at the 4-hour budget, with FIRE's two runs nearly a quarter of it. The
