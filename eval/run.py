@@ -240,13 +240,13 @@ def main(argv):
     sys.exit(2)
   if jax.process_index() != 0:
     return  # process 0 wrote the results and reports them
+  unit = train.token_unit(FLAGS.config)
   for name, result in results.items():
     print(f"{name}:")
     for row in result.get("rows", []):
       if name.startswith("ppl_vs_length") and row.get("nll") is not None:
         print(f"  length {row['length']:>6}: ppl {row['ppl']:.4f}, "
-              f"{row['bits_per_byte']:.4f} bits/{result.get('unit', 'nats per byte').split()[-1]} "
-              f"({row['tokens']} tokens)")
+              f"{row['bits_per_byte']:.4f} bits/{unit} ({row['tokens']} tokens)")
       elif name.startswith("attention") and not row.get("skipped"):
         print(f"  length {row['length']:>6}: attention entropy {row['entropy']:.3f} nats "
               f"(uniform {row['entropy_uniform']:.3f}), sink mass {row['sink_mass']:.3f}")
