@@ -45,7 +45,7 @@ from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
 from eval import algorithmic, attention_stats, needle, perplexity, plots
 from eval.files import atomic_write, write_json
-from models import rope_scaling, sharding
+from models import extensions, sharding
 from models.decoder import Decoder
 from models.positions import Dims
 
@@ -524,7 +524,7 @@ def evaluate_ppl(config, workdir: str, spec: ModelSpec, mesh, params, step: int,
   common = {
       "protocol": protocol, "stride": stride, "windows_start": "document_start",
       "scheme": config.model.position.kind, "step": int(step), "config_hash": config_hash(config),
-      **rope_scaling.extension_header(config),
+      **extensions.extension_header(config),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "max_tokens_per_length": e.max_tokens_per_length,
       "tokens_scored": sum(r["tokens"] for r in rows), "unit": f"nats per {token_unit(config)}"}
@@ -587,8 +587,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     notes.append(f"eval.suites={config.eval.suites!r}: a task run (data.task.name={task!r}) "
                  "evaluates the algorithmic suite only")
   for extension in eval_extensions(config):  # must fit the scheme: eval.run reads config.json
-    rope_scaling.apply_extension(config, extension, config.eval.factor,
-                                 config.eval.get("window", -1))
+    extensions.apply_extension(config, extension, config.eval.factor,
+                               config.eval.get("window", -1))
   if eval_extensions(config) != ["none"]:
     notes.append(f"eval.extension={config.eval.extension!r}: train.py evaluates the model as "
                  "trained; run eval-time extensions with python -m eval.run --workdir=... "

@@ -5,62 +5,18 @@
 
 from __future__ import annotations
 
-import ast
 import math
-import sys
 
-
-class ConfigError(ValueError):
-  """A config field (or a path/input it names) has a value that cannot work.
-
-  The message is one line that names the field and the allowed values.
-  """
-
+# The field checks live in configs/errors.py (data/ and models/ import them from there); the
+# names are re-exported so `from configs.validate import ConfigError, parse_flags` keeps working.
+from configs.errors import (OVERRIDE_ERRORS, ConfigError, choice, eval_lengths,  # noqa: F401
+                            exit_bad_override, mesh_shape, name_list, parse_flags, positive_int)
 
 DTYPES = ("float32", "bfloat16")
 ACTIVATIONS = ("gelu", "swiglu")
 ATTENTION_IMPLS = ("xla", "pallas")  # models/attention.py; "pallas": models/kernels/flash.py
 EVAL_SPLITS = ("validation", "test")
 EVAL_PROTOCOLS = ("non_overlapping", "sliding")  # eval/perplexity.py PROTOCOLS
-
-
-def _positive_int(config, path: str) -> None:
-  value = config
-  for part in path.split("."):
-    value = value[part]
-  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-    raise ConfigError(f"{path} must be a positive integer; got {value!r}")
-
-
-def _choice(value, path: str, allowed) -> None:
-  if value not in allowed:
-    raise ConfigError(f"{path}={value!r} is not supported; choose one of {list(allowed)}")
-
-
-def mesh_shape(mesh, num_devices: int) -> tuple[int, int, int]:
-  """Resolves `config.mesh` (data, fsdp, tensor; at most one -1) against `num_devices`.
-
-  Raises:
-    ConfigError: a size is 0 or below -1, more than one -1, or the product differs from
-      `num_devices`.
-  """
-  sizes = {"data": mesh.data, "fsdp": mesh.fsdp, "tensor": mesh.tensor}
-  for name, size in sizes.items():
-    if not isinstance(size, int) or size == 0 or size < -1:
-      raise ConfigError(f"mesh.{name} must be a positive integer or -1 (fill); got {size!r}")
-  fill = [n for n, s in sizes.items() if s == -1]
-  if len(fill) > 1:
-    raise ConfigError(f"at most one mesh axis may be -1; got -1 for {fill}")
-  known = math.prod(s for s in sizes.values() if s != -1)
-  if fill:
-    if num_devices % known:
-      raise ConfigError(f"mesh {sizes} does not divide the {num_devices} devices: "
-                        f"the fixed axes multiply to {known}")
-    sizes[fill[0]] = num_devices // known
-  elif known != num_devices:
-    raise ConfigError(f"mesh (data, fsdp, tensor) = {tuple(sizes.values())} needs {known} devices; "
-                      f"this run has {num_devices}")
-  return sizes["data"], sizes["fsdp"], sizes["tensor"]
 
 
 def validate(config, num_devices: int) -> None:
@@ -78,18 +34,18 @@ def validate(config, num_devices: int) -> None:
                "model.vocab_size", "data.train_len", "data.batch_size", "train.num_steps",
                "train.log_every_steps", "train.checkpoint_every_steps", "train.max_to_keep",
                "train.eval_tokens", "eval.batch_tokens"):
-    _positive_int(config, path)
+    positive_int(config, path)
   m = config.model
   if m.head_dim == -1 and m.d_model % m.num_heads:
     raise ConfigError(f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
                       "(or set model.head_dim)")
   if m.head_dim != -1 and (not isinstance(m.head_dim, int) or m.head_dim < 1):
     raise ConfigError(f"model.head_dim must be a positive integer or -1; got {m.head_dim!r}")
-  _choice(m.mlp_activation, "model.mlp_activation", ACTIVATIONS)
-  _choice(m.dtype, "model.dtype", DTYPES)
-  _choice(m.param_dtype, "model.param_dtype", DTYPES)
-  _choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
-  _choice(config.eval.split, "eval.split", EVAL_SPLITS)
+  choice(m.mlp_activation, "model.mlp_activation", ACTIVATIONS)
+  choice(m.dtype, "model.dtype", DTYPES)
+  choice(m.param_dtype, "model.param_dtype", DTYPES)
+  choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
+  choice(config.eval.split, "eval.split", EVAL_SPLITS)
   eval_extensions(config)
   eval_suites(config)
   from data.tokenizers import get_tokenizer
@@ -159,7 +115,7 @@ def validate(config, num_devices: int) -> None:
                       f"{config.data.train_len} give lengths below 1 token; every eval length "
                       f"must be >= 1 token (multiplier >= {1 / config.data.train_len:.3g})")
   e = config.eval  # .get: configs written before these fields existed (eval.run) still load
-  _choice(e.get("protocol", "non_overlapping"), "eval.protocol", EVAL_PROTOCOLS)
+  choice(e.get("protocol", "non_overlapping"), "eval.protocol", EVAL_PROTOCOLS)
   for field in ("stride", "position_bins"):
     value = e.get(field, 0)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -169,7 +125,7 @@ def validate(config, num_devices: int) -> None:
     raise ConfigError(f"eval.stride={e.stride} exceeds the shortest evaluation length "
                       f"{min(eval_lengths(config))} tokens (windows would skip tokens); use a stride "
                       "<= every length, or 0 (= length // 2)")
-  _positive_int(config, "train.grad_accum_steps")
+  positive_int(config, "train.grad_accum_steps")
   data, fsdp, _ = mesh_shape(config.mesh, num_devices)
   micro = config.data.batch_size // t.grad_accum_steps
   if config.data.batch_size % t.grad_accum_steps or micro % (data * fsdp):
@@ -191,7 +147,7 @@ def check_data_source(config) -> None:
   """
   from data.corpora import SOURCES  # local import: numpy only
   d = config.data
-  _choice(d.source, "data.source", SOURCES)
+  choice(d.source, "data.source", SOURCES)
   directory = d.get("array_record_dir", "")
   if not isinstance(directory, str):
     raise ConfigError(f"data.array_record_dir must be a path (a string); got {directory!r}")
@@ -294,30 +250,14 @@ def _retrieval_common(section, prefix: str, *, digits_field: str, max_digits: in
 SUITES = ("ppl_vs_length", "loss_by_position", "passkey", "needle", "attention", "algorithmic")
 
 
-def _name_list(value, path: str, allowed) -> list[str]:
-  """Splits a comma-separated string of names and checks each against `allowed`."""
-  if not isinstance(value, str):
-    raise ConfigError(f"{path} must be a comma-separated string of names from "
-                      f"{', '.join(allowed)}; got {value!r}")
-  names = [n.strip() for n in value.split(",") if n.strip()]
-  if not names:
-    raise ConfigError(f"{path} is empty; choose from {', '.join(allowed)}")
-  for n in names:
-    if n not in allowed:
-      raise ConfigError(f"{path}: {n!r} is not one of {', '.join(allowed)}")
-  if len(set(names)) != len(names):
-    raise ConfigError(f"{path} names a method twice: {value!r}")
-  return names
-
-
 def eval_extensions(config) -> list[str]:
-  """`eval.extension` as a list: comma-separated names from models.rope_scaling.EXTENSIONS.
+  """`eval.extension` as a list: comma-separated names from models.extensions.EXTENSIONS.
 
   Raises:
     ConfigError: an unknown or repeated name, or an empty list.
   """
-  from models.rope_scaling import EXTENSIONS
-  return _name_list(config.eval.extension, "eval.extension", tuple(EXTENSIONS))
+  from models.extensions import EXTENSIONS
+  return name_list(config.eval.extension, "eval.extension", tuple(EXTENSIONS))
 
 
 def eval_suites(config) -> list[str]:
@@ -326,78 +266,7 @@ def eval_suites(config) -> list[str]:
   Raises:
     ConfigError: an unknown or repeated name, or an empty list.
   """
-  return _name_list(config.eval.get("suites", "ppl_vs_length,loss_by_position"), "eval.suites",
+  return name_list(config.eval.get("suites", "ppl_vs_length,loss_by_position"), "eval.suites",
                     SUITES)
 
 
-def eval_lengths(config) -> list[int]:
-  """Evaluation lengths in tokens: `round(m * train_len)` for each multiplier, sorted, unique."""
-  return sorted({max(1, round(x * config.data.train_len)) for x in config.eval.length_multipliers})
-
-
-OVERRIDE_ERRORS = (AttributeError, KeyError, TypeError, ValueError)  # what ml_collections raises
-
-
-def exit_bad_override(error: Exception, argv: list[str]):
-  """Prints one line for a `--config.<field>` override ml_collections refused, and exits 2.
-
-  ml_collections raises AttributeError/KeyError (a field that does not exist, with a "did you
-  mean" hint wrapped in a KeyError's repr) from deep inside flag definition or parsing; the user
-  sees the overrides they gave and the hint, not a traceback.
-
-  Args:
-    error: the exception (one of OVERRIDE_ERRORS or an absl flags.Error).
-    argv: sys.argv (its `--config.*` arguments are named in the message).
-
-  Raises:
-    SystemExit: always, with status 2.
-  """
-  detail = str(error.args[0] if error.args else error)
-  if len(detail) > 1 and detail[0] == detail[-1] and detail[0] in "'\"":
-    try:  # a KeyError's repr: unquote it
-      detail = str(ast.literal_eval(detail))
-    except (ValueError, SyntaxError):
-      pass
-  detail = "; ".join(line.strip() for line in detail.splitlines() if line.strip())
-  if detail.startswith("flag --config.") and ": (" in detail:
-    try:  # absl wraps a parser's ValueError args as a tuple: ('Non-boolean argument ...', 'x')
-      head, _, tail = detail.partition(": ")
-      parts = ast.literal_eval(tail)
-      if isinstance(parts, tuple) and all(isinstance(p, str) for p in parts):
-        detail = f"{head}: {parts[0]}: {', '.join(map(repr, parts[1:]))}"
-    except (ValueError, SyntaxError):
-      pass
-  overrides = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
-  prefix = (f"a --config override does not match the config ({', '.join(overrides)}): "
-            if overrides and not detail.startswith("flag --config.") else "")
-  print(f"error: {prefix}{detail}", file=sys.stderr)
-  sys.exit(2)
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flags parser for scripts that take `--config.<field>=value` overrides.
-
-  Pass as `app.run(main, flags_parser=parse_flags)`: a misspelt field (`--config.eval.suitez`),
-  a value of the wrong type or an unknown flag ends in one line on stderr and exit status 2
-  (`exit_bad_override`), before any JAX work.
-
-  Args:
-    argv: sys.argv.
-
-  Returns:
-    The arguments that are not flags (argv[0] first), as absl's default parser does.
-
-  Raises:
-    SystemExit: on any flag error.
-  """
-  from absl import flags  # noqa: PLC0415
-
-  try:
-    return flags.FLAGS(argv)
-  except (flags.Error, *OVERRIDE_ERRORS) as e:
-    exit_bad_override(e, argv)
-  except (SyntaxError, ImportError, NameError) as e:  # executing the --config file failed
-    where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
-    print(f"error: the --config file does not run: {type(e).__name__}: "
-          f"{e.msg if isinstance(e, SyntaxError) else e}{where}", file=sys.stderr)
-    sys.exit(2)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from data.corpora import Document, PreparedSplit, TokenizedDocument
 from data.position_samplers import PositionSampler
 from data.tokenizers import ByteTokenizer

@@ -66,7 +66,7 @@ import dataclasses
 
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 
 KINDS = ("none", "randomized", "pose")
 

@@ -47,7 +47,7 @@ import numpy as np
 from absl import app, flags
 from tqdm import tqdm
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from data import corpora
 from data.corpora import DocumentRef
 from data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Tokenizer

@@ -103,10 +103,10 @@ class SentencePieceTokenizer:
     """Loads a `.model` file (or its bytes, `model_proto`, which `model_path` then only names).
 
     Raises:
-      configs.validate.ConfigError: the file is missing or not a SentencePiece model, or the
+      configs.errors.ConfigError: the file is missing or not a SentencePiece model, or the
         model lacks a BOS, EOS or PAD id (naming `data.tokenizer`).
     """
-    from configs.validate import ConfigError
+    from configs.errors import ConfigError
     self.model_path = model_path
     try:
       if model_proto is None:
@@ -124,7 +124,7 @@ class SentencePieceTokenizer:
                         "(or SentencePieceTrainer with bos_id, eos_id and pad_id set)")
 
   def _load(self, proto: bytes) -> None:
-    from configs.validate import ConfigError
+    from configs.errors import ConfigError
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor()
     try:
@@ -237,10 +237,10 @@ def get_tokenizer(name: str) -> Tokenizer:
   """Returns the tokenizer `data.tokenizer` names: "byte" or "sentencepiece:<path to .model>".
 
   Raises:
-    configs.validate.ConfigError: an unknown name (listing the valid forms), or a SentencePiece
+    configs.errors.ConfigError: an unknown name (listing the valid forms), or a SentencePiece
       model that cannot be read (see `SentencePieceTokenizer`).
   """
-  from configs.validate import ConfigError  # local import: configs imports nothing from data
+  from configs.errors import ConfigError  # local import: configs imports nothing from data
   if isinstance(name, str) and name.startswith(SENTENCEPIECE_PREFIX):
     path = name[len(SENTENCEPIECE_PREFIX):]
     if not path:

@@ -49,7 +49,7 @@ from data.tokenizers import ByteTokenizer, get_tokenizer
 from eval import plots
 from eval.files import write_json
 from eval.perplexity import batch_parallelism
-from models import rope_scaling
+from models import extensions
 from models.sharding import batch_sharding, replicated
 
 
@@ -263,11 +263,11 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str =
     params: parameter pure dict with the spec's shardings.
     step: the checkpoint's training step.
     suffix: appended to the file names when `config` carries an eval-time extension
-      (models/rope_scaling.py), e.g. "_yarn_x4" as eval/run.py names them; "" = as trained.
+      (models/extensions.py), e.g. "_yarn_x4" as eval/run.py names them; "" = as trained.
 
   Returns:
     The result dict as written to the JSON: suite, task, scheme, step, the extension header
-    (rope_scaling.extension_header; config.eval.extension when `suffix` is set, else "none"),
+    (extensions.extension_header; config.eval.extension when `suffix` is set, else "none"),
     config_hash, format,
     size_unit, train_min_size, train_max_size, eval_max_size, examples_per_size, eval_seed,
     summary (`summarize`) and rows (`evaluate_sizes`).
@@ -295,7 +295,7 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str =
   example = task.example(3, np.random.default_rng(0))
   result = {
       "suite": SUITE, "task": t.name, "scheme": kind, "step": int(step),
-      **rope_scaling.extension_header(config, None if suffix else "none"),
+      **extensions.extension_header(config, None if suffix else "none"),
       "config_hash": config_hash(config), "size_unit": task.size_unit,
       "format": (f"BOS prompt answer EOS, bytes; e.g. size 3: {example.prompt.decode()!r} -> "
                  f"{example.answer.decode()!r}; answer targets are the answer bytes and EOS"),

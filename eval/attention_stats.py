@@ -198,7 +198,7 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, docs, tokeniz
   Raises:
     ConfigError: a bad eval.attention.windows, before compilation.
   """
-  from models import rope_scaling  # here: train imports this module
+  from models import extensions  # here: train imports this module
   from train import config_hash, skipped_lengths
   windows = check_settings(config)
   skip, reason = skipped_lengths(config, spec)
@@ -212,7 +212,7 @@ def run_suite(config, workdir: str, spec, mesh, params, step: int, docs, tokeniz
   e = config.eval
   result = {
       "suite": "attention", "scheme": config.model.position.kind, "step": int(step),
-      "config_hash": config_hash(config), **rope_scaling.extension_header(config),
+      "config_hash": config_hash(config), **extensions.extension_header(config),
       "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
       "windows": windows, "num_layers": config.model.num_layers,
       "num_heads": config.model.num_heads,

@@ -30,7 +30,7 @@ Protocol (both suites; prompts from data/passkey.py):
 
 Results: `<workdir>/eval/passkey.json` / `needle.json` and the heatmaps `passkey.png` /
 `needle.png` (length x depth), written atomically; with an eval-time extension
-(eval.extension) the names get its suffix (`rope_scaling.extension_suffix`), as ppl_vs_length's do.
+(eval.extension) the names get its suffix (`extensions.extension_suffix`), as ppl_vs_length's do.
 
 Sources: passkey prompt of Mohtashami & Jaggi (Landmark Attention, arXiv 2305.16300, Appendix),
 as used by PI (arXiv 2306.15595, Figure 3); needle: RULER single needle (Hsieh et al., arXiv
@@ -397,7 +397,7 @@ def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, d
 
   result = evaluate_grid(suite, config, builder, tokenizer, generate_for_length, skip=skip,
                          parallelism=batch_parallelism(mesh))
-  from models.rope_scaling import (  # here: prompts and scoring need no model code
+  from models.extensions import (  # here: prompts and scoring need no model code
       extension_header, extension_suffix)
   header = extension_header(config)
   if suffix is None:

@@ -6,7 +6,7 @@ runs the suites of `eval.suites` for each eval-time extension of `eval.extension
   python -m eval.run --workdir=<run> --config.eval.suites=ppl_vs_length,loss_by_position,passkey \
       --config.eval.extension=none,yarn,ntk --config.eval.factor=4
 
-writing `<workdir>/eval/<suite><rope_scaling.extension_suffix>.{json,png}`; ppl_vs_length.png gets one
+writing `<workdir>/eval/<suite><extensions.extension_suffix>.{json,png}`; ppl_vs_length.png gets one
 curve per extension. Lengths default to the run's `eval.length_multipliers`;
 `--length_multipliers=0.5,1,2,16` overrides them. Any eval.* field of the run's config can be
 overridden, e.g. `--config.eval.protocol=sliding --config.eval.stride=64` (the model's fields
@@ -30,7 +30,7 @@ from configs.validate import (OVERRIDE_ERRORS, ConfigError, eval_extensions, eva
                               eval_suites, exit_bad_override, mesh_shape, parse_flags)
 from data.tokenizers import get_tokenizer
 from eval import algorithmic, attention_stats, needle, perplexity, plots
-from models import rope_scaling, sharding
+from models import extensions, sharding
 import train
 
 FLAGS = flags.FLAGS
@@ -112,7 +112,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   eval/algorithmic.py), extensions are
   `eval.extension` (comma-separated; "none" is the model as trained). Each (suite, extension)
   writes `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
-  `_<extension>[_x<eval.factor>]` (`rope_scaling.extension_suffix`; perplexity files then add `_sliding[_s<stride>]` under the sliding
+  `_<extension>[_x<eval.factor>]` (`extensions.extension_suffix`; perplexity files then add `_sliding[_s<stride>]` under the sliding
   protocol, so both protocols' results are kept). `ppl_vs_length.png` is then redrawn with one curve per
   ppl_vs_length result of this step, split and protocol in `<workdir>/eval/` (the extensions
   as extra curves).
@@ -142,9 +142,9 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     raise ConfigError("--config.model.* and --config.data.train_len must stay as trained (the "
                       "checkpoint's model); override eval.* fields (eval.extension for eval-time "
                       "extensions) and the eval-time parameters in "
-                      "models/rope_scaling.py EXTENSION_PARAMS")
-  changed_params = rope_scaling.check_param_overrides(run_position, position,
-                                                      eval_extensions(config))
+                      "models/extensions.py EXTENSION_PARAMS")
+  changed_params = extensions.check_param_overrides(run_position, position,
+                                                    eval_extensions(config))
   if length_multipliers is not None:
     try:
       config.eval.length_multipliers = tuple(float(x) for x in length_multipliers)
@@ -172,8 +172,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   # Every extension's config and model structure first, so all errors come before compiling.
   runs = []
   for extension in eval_extensions(config):
-    ext_config = rope_scaling.apply_extension(config, extension, config.eval.factor,
-                                              config.eval.get("window", -1))
+    ext_config = extensions.apply_extension(config, extension, config.eval.factor,
+                                            config.eval.get("window", -1))
     ext_config.eval.extension = extension
     spec = train.model_spec(ext_config, mesh)
     if {"ppl_vs_length", "loss_by_position"} & set(suites):
@@ -182,9 +182,9 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
       perplexity.check_lengths(eval_lengths(ext_config),
                                spec.max_position if length_multipliers is not None else None,
                                ext_config.model.position.kind, spec.max_position_hint)
-    suffix = rope_scaling.extension_suffix(extension, config.eval.factor,
-                                           config.eval.get("window", -1),
-                                           changed_params.get(extension))
+    suffix = extensions.extension_suffix(extension, config.eval.factor,
+                                         config.eval.get("window", -1),
+                                         changed_params.get(extension))
     runs.append((ext_config, spec, suffix))
   docs = {} if task else train.load_splits(config)
   tokenizer = get_tokenizer(config.data.tokenizer)

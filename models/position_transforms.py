@@ -8,7 +8,7 @@ original distances where it applies. Attention evaluates the logits of every bra
 for each (query, key) pair, those of the branch whose region holds it (models/attention.py).
 This works for every scheme that reads positions only through `rotate` and `bias` (RoPE, xPos,
 ALiBi, T5, KERPLE, FIRE, Sandwich); absolute schemes (learned, sinusoidal) and CoPE, whose
-positions come from the context, are refused by `models.rope_scaling.apply_extension`.
+positions come from the context, are refused by `models.extensions.apply_extension`.
 
 Notation: L = training context length (tokens), d = i - j >= 0.
 
@@ -40,7 +40,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 
 TRANSFORMS = ("none", "self_extend", "string", "lm_infinite")
 # Defaults of the model.position fields (as in configs/base.py; for configs that predate them).

@@ -1,10 +1,9 @@
-"""Eval-time context extension: RoPE frequency/position transforms and ALiBi interpolation.
+"""RoPE frequency scaling (context extension): the maths of `model.position.rope_scaling`.
 
-An extension is a change of the trained model's `model.position` config, made before the eval
-model is built, so the trained parameters restore into it unchanged (no method adds a parameter):
-`apply_extension(config, "yarn", 4.0)` returns such a copy. The RoPE methods are selected by
-`model.position.rope_scaling` and read by `models/positions/rope.py`; ALiBi interpolation by
-`model.position.alibi_interpolation` in `models/positions/alibi.py`.
+The methods are selected by `model.position.rope_scaling` and read by `models/positions/rope.py`;
+ALiBi interpolation by `model.position.alibi_interpolation` in `models/positions/alibi.py`. As
+eval-time extensions (`eval.extension`) they are applied to a trained run's config by
+`models.extensions.apply_extension`, which keeps the registry of extension names.
 
 Notation: d = rot_dim (rotated features of a head), theta_i = b^(-2i/d), i = 0 .. d/2 - 1, the
 inverse frequencies of RoPE with base b = `rope_theta` (Su et al., arXiv 2104.09864, Sec. 3.2),
@@ -35,139 +34,12 @@ import math
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
-from configs.validate import ConfigError
-from models import position_transforms
+from configs.errors import ConfigError
 
 # model.position.rope_scaling values (method names as in the module docstring).
 ROPE_SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "abf")
-# Schemes whose positions reach attention only through the rotate/bias hooks as ids, so that
-# the position-id transforms of models/position_transforms.py apply to them.
-RELATIVE_KINDS = ("rope", "xpos", "alibi", "t5", "kerple_log", "kerple_power", "fire", "sandwich")
-# eval.extension values, and the model.position.kinds each applies to (None = any).
-EXTENSIONS = {
-    "none": None,
-    "pi": ("rope",),
-    "ntk": ("rope",),
-    "dynamic_ntk": ("rope",),
-    "yarn": ("rope",),
-    "abf": ("rope",),
-    "alibi_interpolation": ("alibi",),
-    "self_extend": RELATIVE_KINDS,
-    "string": RELATIVE_KINDS,
-    "lm_infinite": RELATIVE_KINDS + ("none",),  # NoPE: the Lambda mask alone
-}
-def applied_factor(extension: str, factor: float) -> float:
-  """The eval.factor an extension actually uses: `factor` for the methods that read it (pi, ntk,
-  yarn: the scale s, arXiv 2306.15595 / 2309.00071; self_extend: the group size G, arXiv
-  2401.01325), else 1.0 (results record this value)."""
-  return float(factor) if extension in USES_FACTOR + ("self_extend",) else 1.0
-
-
-# Fields of model.position that only an eval-time extension reads (when the run was trained
-# without RoPE scaling and without a position transform), so eval.run may set them:
-# `--config.model.position.string_shift=100 --config.eval.extension=string`.
-EXTENSION_PARAMS = {
-    "yarn": ("yarn_alpha", "yarn_beta"),
-    "abf": ("abf_theta",),
-    "string": ("string_shift",),
-    "lm_infinite": ("lm_infinite_global", "lm_infinite_distance"),
-}
-
-
-def extension_params(extension: str, position_config) -> dict:
-  """The model.position parameters `extension` reads (EXTENSION_PARAMS) and their values in
-  `position_config` (defaults where the field is absent); results record them."""
-  defaults = {**DEFAULTS, **position_transforms.DEFAULTS}
-  return {name: position_config.get(name, defaults[name])
-          for name in EXTENSION_PARAMS.get(extension, ())}
-
-
-def check_param_overrides(run_position, position, extensions) -> dict[str, dict]:
-  """The model.position fields an evaluation changes from the run's, per extension that reads them.
-
-  Args:
-    run_position: the trained run's `model.position`.
-    position: the evaluation's `model.position` (the run's plus --config overrides).
-    extensions: the eval.extension names of this evaluation.
-
-  Returns:
-    {extension: {field: new value}} for the extensions whose parameters were changed.
-
-  Raises:
-    ConfigError: a changed field that is not an eval-time parameter (EXTENSION_PARAMS), one the run
-      trained with (it had a RoPE scaling or a position transform), or one that no extension of
-      this evaluation reads.
-  """
-  changed = {k for k in set(position) | set(run_position)
-             if position.get(k) != run_position.get(k)}
-  if not changed:
-    return {}
-  readers = {f: ext for ext, fields in EXTENSION_PARAMS.items() for f in fields}
-  trained_with = (run_position.get("rope_scaling", "none") != "none"
-                  or run_position.get("position_transform", "none") != "none")
-  for field in sorted(changed):
-    if field not in readers or trained_with:
-      allowed = sorted(readers) if not trained_with else []
-      raise ConfigError(f"--config.model.position.{field} must stay as trained (the checkpoint's "
-                        f"model); eval-time parameters that may change: {allowed}")
-    if readers[field] not in extensions:
-      raise ConfigError(f"model.position.{field} is read by eval.extension="
-                        f"{readers[field]!r} only; this evaluation runs {list(extensions)}")
-  out: dict[str, dict] = {}
-  for field in sorted(changed):
-    out.setdefault(readers[field], {})[field] = position[field]
-  return out
-
-
-def applied_window(extension: str, window: int) -> int:
-  """The eval.window an extension actually uses: `window` for the position-id transforms
-  (self_extend, string, lm_infinite) when set, else -1 (the default / not used)."""
-  return int(window) if extension in TRANSFORM_WINDOWS and window != -1 else -1
-
-
-def extension_header(config, extension: str | None = None) -> dict:
-  """The fields every evaluation result records about its eval-time extension.
-
-  Args:
-    config: the evaluation's config (reads eval.extension, eval.factor, eval.window and the
-      model.position parameters the extension reads).
-    extension: overrides eval.extension (e.g. "none" for a result computed as trained).
-
-  Returns:
-    {"extension": name, "extension_factor": applied_factor, "extension_window": applied_window,
-     "extension_params": extension_params}; "none", 1.0, -1 and {} without an extension.
-  """
-  e = config.eval
-  extension = e.get("extension", "none") if extension is None else extension
-  return {"extension": extension,
-          "extension_factor": applied_factor(extension, e.get("factor", 1.0)),
-          "extension_window": applied_window(extension, e.get("window", -1)),
-          "extension_params": extension_params(extension, config.model.position)}
-
-
-def extension_suffix(extension: str, factor: float, window: int = -1,
-                     params: dict | None = None) -> str:
-  """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for
-  the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"; then "_w<W>"
-  when a position-id transform runs with a window other than its default (eval.window), and
-  "_<field><value>" for each model.position parameter changed at evaluation (`params`, from
-  `check_param_overrides`), so results of different settings do not overwrite each other."""
-  if extension == "none":
-    return ""
-  used = extension in USES_FACTOR + ("self_extend",)
-  w = applied_window(extension, window)
-  return (f"_{extension}" + (f"_x{applied_factor(extension, factor):g}" if used else "")
-          + (f"_w{w}" if w != -1 else "")
-          + "".join(f"_{k}{v:g}" for k, v in sorted((params or {}).items())))
-
-
-# Position-id transforms (models/position_transforms.py) and the model.position field of
-# their window W / n_local that eval.window sets.
-TRANSFORM_WINDOWS = {"self_extend": "self_extend_window", "string": "string_window",
-                     "lm_infinite": "lm_infinite_window"}
 # Methods that read rope_scaling_factor (dynamic_ntk takes s from the length, abf has a base).
 USES_FACTOR = ("pi", "ntk", "yarn")
 # Defaults of the model.position fields (as in configs/base.py; used when a run's config.json
@@ -472,7 +344,7 @@ def scaled_rope(cfg, rot_dim: int, rope_theta: float, train_len: int) -> ScaledR
   raise ValueError(f"unknown rope_scaling {method!r}; choose one of {list(ROPE_SCALINGS)}")
 
 
-def _is_number(x) -> bool:
+def is_number(x) -> bool:
   """A finite int or float (not a bool): inf and nan are refused as factors and parameters."""
   return (isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
           and math.isfinite(float(x)))
@@ -506,7 +378,7 @@ def check_config(cfg, rot_dim: int) -> None:
     raise ConfigError(f"model.position.rope_scaling={method!r} applies to kind='rope' only; "
                       f"got kind={cfg.get('kind')!r} (use rope_scaling='none')")
   s = get("rope_scaling_factor")
-  if method in USES_FACTOR and not (_is_number(s) and s >= 1):
+  if method in USES_FACTOR and not (is_number(s) and s >= 1):
     raise ConfigError(f"model.position.rope_scaling_factor must be a number >= 1 "
                       f"(1 = no change) for rope_scaling={method!r}; got {s!r}")
   length = get("rope_scaling_train_len")
@@ -516,12 +388,12 @@ def check_config(cfg, rot_dim: int) -> None:
                       f"(= data.train_len); got {length!r}")
   if method == "yarn":
     alpha, beta = get("yarn_alpha"), get("yarn_beta")
-    if not (_is_number(alpha) and _is_number(beta) and 0 < alpha < beta):
+    if not (is_number(alpha) and is_number(beta) and 0 < alpha < beta):
       raise ConfigError(f"model.position.yarn_alpha and yarn_beta must satisfy "
                         f"0 < yarn_alpha < yarn_beta; got {alpha!r}, {beta!r}")
   if method == "abf":
     theta = get("abf_theta")
-    if not (_is_number(theta) and theta > 1):
+    if not (is_number(theta) and theta > 1):
       raise ConfigError(f"model.position.abf_theta must be a number > 1; got {theta!r}")
     if cfg.get("rope_theta_per_layer", ()):
       raise ConfigError("model.position.rope_scaling='abf' replaces the single rope_theta; it is "
@@ -530,95 +402,3 @@ def check_config(cfg, rot_dim: int) -> None:
     raise ConfigError(f"model.position.rope_scaling={method!r} needs at least 4 rotated features "
                       f"(it raises s to d/(d-2)); rotary_fraction gives {rot_dim}")
 
-
-def apply_extension(config: ml_collections.ConfigDict, extension: str,
-                    factor: float = 1.0, window: int = -1) -> ml_collections.ConfigDict:
-  """A copy of the experiment `config` whose `model.position` applies an eval-time extension.
-
-  The parameters of a model trained with `config` restore into the returned config's model
-  unchanged (no extension adds or reshapes a parameter). `config` itself is not modified. The
-  methods and their papers (arXiv 2306.15595, 2309.00071, 2309.16039, 2310.13017) are listed in
-  the module docstring.
-
-    "none"                 an unchanged copy (the model as trained);
-    "pi", "ntk", "yarn"    rope_scaling=<name>, rope_scaling_factor=factor (s >= 1);
-    "dynamic_ntk"          rope_scaling="dynamic_ntk" (s follows the length; factor unused);
-    "abf"                  rope_scaling="abf" with the config's abf_theta (default 500000;
-                           factor unused);
-    "alibi_interpolation"  alibi_interpolation=True (the scale follows the length; factor unused).
-    "self_extend"          position_transform="self_extend", self_extend_group = factor (an
-                           integer G >= 1); any relative scheme (`RELATIVE_KINDS`).
-    "string", "lm_infinite"
-                           position_transform=<name> (factor unused); any relative scheme, and
-                           lm_infinite also NoPE (kind "none": the Lambda mask alone).
-  For the three position-id transforms (models/position_transforms.py), `window` > 0 sets the
-  window W (self_extend_window, string_window) or n_local (lm_infinite_window), tokens.
-
-  The RoPE methods keep rope_scaling_train_len, yarn_alpha, yarn_beta and abf_theta as the config
-  has them (added with their `DEFAULTS` where the run's config.json predates these fields). Only
-  pi, ntk and yarn record the factor (rope_scaling_factor), so the config describes exactly the
-  model that is evaluated.
-
-  Args:
-    config: the run's experiment ConfigDict (configs/base.py).
-    extension: one of `EXTENSIONS`.
-    factor: s (dimensionless, >= 1; typically eval length / train length); self_extend: G.
-    window: tokens, or -1 for the method's default (position-id transforms only).
-
-  Returns:
-    A new ConfigDict.
-
-  Raises:
-    ConfigError: naming `eval.extension`: an unknown name (listing the allowed ones), an
-      extension that does not apply to the run's `model.position.kind` (e.g. yarn on alibi), a
-      run already trained with a RoPE scaling, or a factor that is not a number >= 1 for a method
-      that uses it.
-  """
-  if extension not in EXTENSIONS:
-    raise ConfigError(f"eval.extension={extension!r} is not supported; "
-                      f"choose one of {list(EXTENSIONS)}")
-  out = config.copy_and_resolve_references()
-  if extension == "none":
-    return out
-  kind = out.model.position.kind
-  if kind not in EXTENSIONS[extension]:
-    fits = [name for name, k in EXTENSIONS.items() if k is None or kind in k]
-    raise ConfigError(f"eval.extension={extension!r} applies to model.position.kind in "
-                      f"{list(EXTENSIONS[extension])} only; this run's kind is {kind!r} "
-                      f"(choose one of {fits})")
-  pos = out.model.position
-  with pos.unlocked(), pos.ignore_type():
-    if extension in TRANSFORM_WINDOWS:
-      for name, default in position_transforms.DEFAULTS.items():
-        if name not in pos:
-          pos[name] = default
-      pos.position_transform = extension
-      if window != -1:
-        if not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
-          raise ConfigError(f"eval.window must be a positive number of tokens or -1 (the "
-                            f"method's default); got {window!r}")
-        pos[TRANSFORM_WINDOWS[extension]] = window
-      if extension == "self_extend":
-        if not (_is_number(factor) and factor >= 1 and float(factor).is_integer()):
-          raise ConfigError(f"eval.extension='self_extend' takes its group size G from "
-                            f"eval.factor, which must be an integer >= 1; got {factor!r}")
-        pos.self_extend_group = int(factor)
-      position_transforms.check_config(pos, out.data.train_len)
-      return out
-    if extension == "alibi_interpolation":
-      pos.alibi_interpolation = True
-      return out
-    trained = pos.get("rope_scaling", "none")
-    if trained != "none":
-      raise ConfigError(f"eval.extension={extension!r} cannot be applied to a run trained with "
-                        f"model.position.rope_scaling={trained!r} (the scalings do not stack)")
-    if extension in USES_FACTOR and not (_is_number(factor) and factor >= 1):
-      raise ConfigError(f"eval.extension={extension!r} needs a finite factor s >= 1 "
-                        f"(eval length / train length); got {factor!r}")
-    pos.rope_scaling = extension
-    if extension in USES_FACTOR:
-      pos.rope_scaling_factor = float(factor)
-    for name in ("rope_scaling_train_len", "yarn_alpha", "yarn_beta", "abf_theta"):
-      if name not in pos:
-        pos[name] = DEFAULTS[name]
-  return out

@@ -13,7 +13,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from configs.validate import mesh_shape
+from configs.errors import mesh_shape
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH = ("data", "fsdp")  # mesh axes that split the batch

@@ -332,7 +332,7 @@ class ResultKey(NamedTuple):
 def make_key(suite: str, extension: str, factor: float, protocol: str | None,
              stride: int | None) -> ResultKey:
   """A ResultKey with the fields that do not apply to `suite` / `extension` cleared."""
-  from models.rope_scaling import applied_factor  # imports JAX (as eval_extensions does)
+  from models.extensions import applied_factor  # imports JAX (as eval_extensions does)
   ppl = suite in PPL_SUITES
   protocol = (protocol or "non_overlapping") if ppl else None
   return ResultKey(suite, extension, applied_factor(extension, factor), protocol,
@@ -713,7 +713,7 @@ def validate_run(run: Run, num_devices: int) -> None:
   from configs.validate import eval_lengths, validate  # imports JAX through models/
   from data.tokenizers import get_tokenizer
   from eval import needle, perplexity
-  from models import rope_scaling
+  from models import extensions
   try:
     validate(run.config, num_devices)
     if run.config.eval.extension != "none":
@@ -726,7 +726,7 @@ def validate_run(run: Run, num_devices: int) -> None:
       validate(config, num_devices)
       suites = eval_point_suites(config)
       for extension in eval_extensions(config):
-        rope_scaling.apply_extension(config, extension, config.eval.factor, config.eval.window)
+        extensions.apply_extension(config, extension, config.eval.factor, config.eval.window)
       if "passkey" in suites:
         needle.check_suite(config, "passkey", {}, get_tokenizer(config.data.tokenizer))
   except ConfigError as e:

@@ -13,7 +13,7 @@ from models.decoder import Decoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILES = [p for p in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
-                if os.path.basename(p) not in ("__init__.py", "validate.py")]
+                if os.path.basename(p) not in ("__init__.py", "errors.py", "validate.py")]
 
 
 def load(path):

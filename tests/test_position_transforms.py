@@ -9,7 +9,7 @@ from flax import nnx
 
 from configs.validate import ConfigError
 from conftest import tiny_config
-from models import positions, rope_scaling
+from models import extensions, positions
 from models.attention import Attention, attention_mask, dot_product_attention
 from models.position_transforms import PositionTransform, check_config
 from models.positions.alibi import alibi_slopes
@@ -126,26 +126,26 @@ def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
 
 
 def test_relative_kinds_are_registered_kinds():
-  assert set(rope_scaling.RELATIVE_KINDS) <= set(positions.REGISTRY)
-  for kind in rope_scaling.RELATIVE_KINDS:
-    rope_scaling.apply_extension(tiny_config("unused", kind), "string")
+  assert set(extensions.relative_kinds()) <= set(positions.REGISTRY)
+  for kind in extensions.relative_kinds():
+    extensions.apply_extension(tiny_config("unused", kind), "string")
 
 
 def test_apply_extension_sets_the_transform_and_refuses_misfits():
   c = tiny_config("unused", "alibi")
-  out = rope_scaling.apply_extension(c, "self_extend", 4.0, window=8)
+  out = extensions.apply_extension(c, "self_extend", 4.0, window=8)
   assert out.model.position.position_transform == "self_extend"
   assert out.model.position.self_extend_group == 4 and out.model.position.self_extend_window == 8
   assert c.model.position.position_transform == "none"  # the input is not modified
   with pytest.raises(ConfigError, match="integer >= 1"):
-    rope_scaling.apply_extension(c, "self_extend", 2.5)
+    extensions.apply_extension(c, "self_extend", 2.5)
   with pytest.raises(ConfigError, match="eval.window"):
-    rope_scaling.apply_extension(c, "string", 1.0, window=0)
+    extensions.apply_extension(c, "string", 1.0, window=0)
   with pytest.raises(ConfigError, match="applies to model.position.kind"):
-    rope_scaling.apply_extension(tiny_config("unused", "learned"), "string")
+    extensions.apply_extension(tiny_config("unused", "learned"), "string")
   with pytest.raises(ConfigError, match="applies to model.position.kind"):
-    rope_scaling.apply_extension(tiny_config("unused", "cope"), "lm_infinite")
-  nope = rope_scaling.apply_extension(tiny_config("unused", "none"), "lm_infinite")
+    extensions.apply_extension(tiny_config("unused", "cope"), "lm_infinite")
+  nope = extensions.apply_extension(tiny_config("unused", "none"), "lm_infinite")
   assert nope.model.position.position_transform == "lm_infinite"
 
 

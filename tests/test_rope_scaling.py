@@ -12,7 +12,7 @@ from flax import nnx
 
 from configs.validate import ConfigError, validate
 from conftest import tiny_config
-from models import positions, rope_scaling
+from models import extensions, positions, rope_scaling
 from models.decoder import Decoder
 from models.positions.alibi import alibi_interpolation_scale, alibi_slopes
 from models.positions.rope import apply_rope, rope_inv_freq
@@ -262,15 +262,15 @@ def test_bad_fields_name_themselves(fields, match):
 def test_apply_extension_sets_fields_on_a_copy():
   config = tiny_config("unused", "rope")
   before = config.to_json()
-  out = rope_scaling.apply_extension(config, "yarn", 4)
+  out = extensions.apply_extension(config, "yarn", 4)
   assert config.to_json() == before and out is not config
   assert out.model.position.rope_scaling == "yarn" and out.model.position.rope_scaling_factor == 4.0
   validate(out, 1)
-  assert rope_scaling.apply_extension(config, "none", 4).to_json() == before
-  dyn = rope_scaling.apply_extension(config, "dynamic_ntk", 4.0)
+  assert extensions.apply_extension(config, "none", 4).to_json() == before
+  dyn = extensions.apply_extension(config, "dynamic_ntk", 4.0)
   assert dyn.model.position.rope_scaling == "dynamic_ntk"
   assert dyn.model.position.rope_scaling_factor == 1.0  # unused by dynamic_ntk: not recorded
-  alibi = rope_scaling.apply_extension(tiny_config("unused", "alibi"), "alibi_interpolation", 4.0)
+  alibi = extensions.apply_extension(tiny_config("unused", "alibi"), "alibi_interpolation", 4.0)
   assert alibi.model.position.alibi_interpolation is True
   validate(alibi, 1)
 
@@ -283,7 +283,7 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
     del d["model"]["position"][name]
   old = ml_collections.ConfigDict(d)
   old.lock()
-  out = rope_scaling.apply_extension(old, "abf", 1.0)
+  out = extensions.apply_extension(old, "abf", 1.0)
   assert out.model.position.rope_scaling == "abf" and out.model.position.abf_theta == 5e5
   validate(out, 1)
 
@@ -304,15 +304,15 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
 ])
 def test_apply_extension_errors(kind, extension, factor, match):
   with pytest.raises(ConfigError, match=match) as e:
-    rope_scaling.apply_extension(tiny_config("unused", kind), extension, factor)
+    extensions.apply_extension(tiny_config("unused", kind), extension, factor)
   assert "\n" not in str(e.value)
 
 
 def test_apply_extension_refuses_to_stack_on_a_trained_scaling():
-  config = rope_scaling.apply_extension(tiny_config("unused", "rope"), "abf", 1.0)
+  config = extensions.apply_extension(tiny_config("unused", "rope"), "abf", 1.0)
   with pytest.raises(ConfigError, match=r"eval\.extension='pi' cannot be applied to a run trained "
                                         r"with model\.position\.rope_scaling='abf'"):
-    rope_scaling.apply_extension(config, "pi", 2.0)
+    extensions.apply_extension(config, "pi", 2.0)
 
 
 # ------------------------------------------------------------------ the whole model at 4x
@@ -324,7 +324,7 @@ def test_decoder_with_extension_restores_the_trained_parameters_and_runs_at_4x(e
   trained = tiny_config("unused", kind)  # train_len 32
   trained.model.attention_chunk = 0
   params = nnx.state(Decoder(trained, rngs=nnx.Rngs(0)))
-  ext = rope_scaling.apply_extension(trained, extension, 4.0)
+  ext = extensions.apply_extension(trained, extension, 4.0)
   shapes = lambda state: jax.tree.map(lambda x: (x.shape, x.dtype), nnx.to_pure_dict(state))
   model = Decoder(ext, rngs=nnx.Rngs(1))
   assert shapes(nnx.state(model)) == shapes(params)  # same parameters: a checkpoint restores
@@ -363,10 +363,10 @@ def test_defaults_match_the_base_config():
 
 
 def test_a_window_other_than_the_default_names_its_files():
-  assert rope_scaling.extension_suffix("self_extend", 8.0, 100) == "_self_extend_x8_w100"
-  assert rope_scaling.extension_suffix("string", 8.0, 32) == "_string_w32"
-  assert rope_scaling.extension_suffix("yarn", 4.0, 32) == "_yarn_x4"  # yarn has no window
-  assert rope_scaling.applied_window("lm_infinite", -1) == -1
+  assert extensions.extension_suffix("self_extend", 8.0, 100) == "_self_extend_x8_w100"
+  assert extensions.extension_suffix("string", 8.0, 32) == "_string_w32"
+  assert extensions.extension_suffix("yarn", 4.0, 32) == "_yarn_x4"  # yarn has no window
+  assert extensions.applied_window("lm_infinite", -1) == -1
 
 
 @pytest.mark.parametrize("extension,suffix,recorded", [
@@ -376,45 +376,45 @@ def test_a_window_other_than_the_default_names_its_files():
 ])
 def test_results_record_the_factor_the_extension_uses(extension, suffix, recorded):
   """eval.factor=8 with STRING or dynamic NTK is not a factor of theirs: files and JSON say so."""
-  assert rope_scaling.extension_suffix(extension, 8.0) == suffix
-  assert rope_scaling.applied_factor(extension, 8.0) == recorded
+  assert extensions.extension_suffix(extension, 8.0) == suffix
+  assert extensions.applied_factor(extension, 8.0) == recorded
 
 
 def test_the_extension_header_of_results():
   c = tiny_config("unused", "rope")
   c.eval.extension, c.eval.factor, c.eval.window = "yarn", 4.0, 16
   c.model.position.yarn_alpha = 2.0
-  assert rope_scaling.extension_header(c) == {
+  assert extensions.extension_header(c) == {
       "extension": "yarn", "extension_factor": 4.0, "extension_window": -1,
       "extension_params": {"yarn_alpha": 2.0, "yarn_beta": c.model.position.yarn_beta}}
   c.eval.extension = "self_extend"  # reads the factor (group size) and the window
-  assert rope_scaling.extension_header(c) == {
+  assert extensions.extension_header(c) == {
       "extension": "self_extend", "extension_factor": 4.0, "extension_window": 16,
       "extension_params": {}}
-  assert rope_scaling.extension_header(c, "none") == {
+  assert extensions.extension_header(c, "none") == {
       "extension": "none", "extension_factor": 1.0, "extension_window": -1, "extension_params": {}}
 
 
 def test_eval_time_parameters_may_change_only_for_the_extension_that_reads_them():
   run = tiny_config("unused", "rope").model.position
   ev = tiny_config("unused", "rope").model.position
-  assert rope_scaling.check_param_overrides(run, ev, ["yarn"]) == {}
+  assert extensions.check_param_overrides(run, ev, ["yarn"]) == {}
   ev.string_shift, ev.abf_theta = 100, 1e6
-  assert rope_scaling.check_param_overrides(run, ev, ["string", "abf"]) == {
+  assert extensions.check_param_overrides(run, ev, ["string", "abf"]) == {
       "string": {"string_shift": 100}, "abf": {"abf_theta": 1e6}}
-  assert rope_scaling.extension_suffix("string", 1.0, -1, {"string_shift": 100}) == \
+  assert extensions.extension_suffix("string", 1.0, -1, {"string_shift": 100}) == \
       "_string_string_shift100"
   with pytest.raises(ConfigError, match=r"model\.position\.abf_theta is read by "
                                         r"eval\.extension='abf' only; this evaluation runs"):
-    rope_scaling.check_param_overrides(run, ev, ["string"])
+    extensions.check_param_overrides(run, ev, ["string"])
   ev.abf_theta, ev.rope_theta = run.abf_theta, 500.0  # a trained parameter: refused
   with pytest.raises(ConfigError, match=r"model\.position\.rope_theta must stay as trained"):
-    rope_scaling.check_param_overrides(run, ev, ["string"])
+    extensions.check_param_overrides(run, ev, ["string"])
   trained = tiny_config("unused", "rope").model.position
   trained.rope_scaling = "yarn"  # trained with YaRN: its alpha/beta are the model's
   changed = tiny_config("unused", "rope").model.position
   changed.rope_scaling, changed.yarn_alpha = "yarn", 2.0
   with pytest.raises(ConfigError, match=r"yarn_alpha must stay as trained"):
-    rope_scaling.check_param_overrides(trained, changed, ["none"])
-  assert rope_scaling.extension_params("lm_infinite", run) == {
+    extensions.check_param_overrides(trained, changed, ["none"])
+  assert extensions.extension_params("lm_infinite", run) == {
       "lm_infinite_global": 10, "lm_infinite_distance": -1}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from data.tasks.addition import Addition
 from data.tasks.base import Example, Task, encode
 from data.tasks.copy import Copy

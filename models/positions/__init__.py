@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flax import nnx
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.positions.alibi import ALiBi
 from models.positions.base import Dims, PositionalScheme
 from models.positions.cope import CoPE

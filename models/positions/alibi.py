@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme
 
@@ -82,6 +82,8 @@ class ALiBi(PositionalScheme):
   """Adds `-slope_h * (q_pos - k_pos)` to the logits (masked entries are removed later); with
   `model.position.alibi_interpolation`, slopes times `alibi_interpolation_scale` (arXiv 2310.13017).
   """
+
+  relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
   @classmethod
   def check_config(cls, cfg, dims):

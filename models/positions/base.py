@@ -18,7 +18,7 @@ import dataclasses
 import jax
 from flax import nnx
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.kernels.spec import KernelSpec
 
 
@@ -70,9 +70,13 @@ class PositionalScheme(nnx.Module):
     max_position_hint: what a user can change to evaluate beyond `max_position`.
     max_position: None if any position id works; else the number of distinct position ids the
       scheme can represent (evaluation beyond it is refused before compilation).
+    relative: True if the scheme's positions reach attention only through the `rotate` and
+      `bias` hooks as position ids (not through `embed`, nor from the context), so that the
+      eval-time position-id transforms (models/position_transforms.py) apply to it.
   """
 
   max_position: int | None = None
+  relative: bool = False
   max_position_hint: str = ""  # how to evaluate longer, shown when a length is refused
 
   @classmethod

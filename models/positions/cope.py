@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.positions.base import PositionalScheme, check_per_layer
 
 

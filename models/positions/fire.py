@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.positions.base import PositionalScheme, check_per_layer
 
 FIRE_EPS = 1e-6  # added to the normaliser psi(max(L, i)), as in the paper's listing.
@@ -120,6 +120,8 @@ class FIRE(PositionalScheme):
 
   Config (`model.position`): fire_mlp_width, fire_init_c, fire_init_threshold, per_layer.
   """
+
+  relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
   @classmethod
   def check_config(cls, cfg, dims):

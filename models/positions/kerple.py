@@ -97,6 +97,8 @@ def kerple_power_bias(distance: jax.Array, r1: jax.Array, r2: jax.Array) -> jax.
 class _Kerple(PositionalScheme):
   """Shared parts: parameters r1, r2 [heads] (one pair, or one per layer) and their clamping."""
 
+  relative = True  # positions reach attention only as ids (rotate/bias hooks)
+
   # Set by subclasses: maxval of the U(0, maxval) init of r1 and of r2; upper bound of r2 (None:
   # unbounded; lower bounds are EPS); `kernel(distance, r1, r2)`, the bias function.
   R1_INIT, R2_INIT, R2_MAX = 1.0, 1.0, None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.positions.base import PositionalScheme
 
 

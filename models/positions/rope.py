@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models import rope_scaling
 from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme
@@ -93,6 +93,8 @@ class RoPE(PositionalScheme):
   (`rope_theta_per_layer`) and a context-extension method (`rope_scaling` and its fields; see
   `models/rope_scaling.py`), all from config `model.position`.
   """
+
+  relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
   @classmethod
   def check_config(cls, cfg, dims):

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.positions.base import PositionalScheme
 
 SANDWICH_BASE = 10000.0  # wavelength base of the sinusoids (Vaswani et al.), as in the paper.
@@ -63,6 +63,8 @@ def sandwich_inner_product(distance: jax.Array, frequencies: jax.Array) -> jax.A
 
 class Sandwich(PositionalScheme):
   """Adds `(p_m . p_n - d'/2) / r_h` (sinusoids of width d' = sandwich_dim); no parameters."""
+
+  relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
   @classmethod
   def check_config(cls, cfg, dims):

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.positions.base import PositionalScheme
 
 

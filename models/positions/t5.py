@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme, check_per_layer
 
@@ -104,6 +104,8 @@ class T5Bias(PositionalScheme):
   heads] with `per_layer`; replicated (a few hundred numbers). It is 2-D or more, so the train
   loop's AdamW applies weight decay to it (like any matrix).
   """
+
+  relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
   @classmethod
   def check_config(cls, cfg, dims):

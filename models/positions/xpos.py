@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError
 from models.positions.base import PositionalScheme
 from models.positions.rope import RoPE, apply_rope, is_nope_layer, rope_inv_freq, rotary_dim
 
@@ -133,6 +133,8 @@ class XPos(PositionalScheme):
 
   No parameters. `max_position` is `xpos_max_length(xpos_scale_base)` (see the module docstring).
   """
+
+  relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
   max_position_hint = "raise model.position.xpos_scale_base"
 

@@ -1,0 +1,148 @@
+"""ConfigError and the small field checks shared by configs/, data/, models/ and eval/.
+
+This module imports nothing of the project (data/ and models/ import it; the whole-config
+checks that import them are in configs/validate.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import sys
+
+
+class ConfigError(ValueError):
+  """A config field (or a path/input it names) has a value that cannot work.
+
+  The message is one line that names the field and the allowed values.
+  """
+
+
+def positive_int(config, path: str) -> None:
+  """Raises ConfigError unless the field at dotted `path` of `config` is an int >= 1."""
+  value = config
+  for part in path.split("."):
+    value = value[part]
+  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    raise ConfigError(f"{path} must be a positive integer; got {value!r}")
+
+
+def choice(value, path: str, allowed) -> None:
+  """Raises ConfigError unless `value` (the field at `path`) is one of `allowed`."""
+  if value not in allowed:
+    raise ConfigError(f"{path}={value!r} is not supported; choose one of {list(allowed)}")
+
+
+def mesh_shape(mesh, num_devices: int) -> tuple[int, int, int]:
+  """Resolves `config.mesh` (data, fsdp, tensor; at most one -1) against `num_devices`.
+
+  Raises:
+    ConfigError: a size is 0 or below -1, more than one -1, or the product differs from
+      `num_devices`.
+  """
+  sizes = {"data": mesh.data, "fsdp": mesh.fsdp, "tensor": mesh.tensor}
+  for name, size in sizes.items():
+    if not isinstance(size, int) or size == 0 or size < -1:
+      raise ConfigError(f"mesh.{name} must be a positive integer or -1 (fill); got {size!r}")
+  fill = [n for n, s in sizes.items() if s == -1]
+  if len(fill) > 1:
+    raise ConfigError(f"at most one mesh axis may be -1; got -1 for {fill}")
+  known = math.prod(s for s in sizes.values() if s != -1)
+  if fill:
+    if num_devices % known:
+      raise ConfigError(f"mesh {sizes} does not divide the {num_devices} devices: "
+                        f"the fixed axes multiply to {known}")
+    sizes[fill[0]] = num_devices // known
+  elif known != num_devices:
+    raise ConfigError(f"mesh (data, fsdp, tensor) = {tuple(sizes.values())} needs {known} devices; "
+                      f"this run has {num_devices}")
+  return sizes["data"], sizes["fsdp"], sizes["tensor"]
+
+
+def name_list(value, path: str, allowed) -> list[str]:
+  """Splits a comma-separated string of names and checks each against `allowed`."""
+  if not isinstance(value, str):
+    raise ConfigError(f"{path} must be a comma-separated string of names from "
+                      f"{', '.join(allowed)}; got {value!r}")
+  names = [n.strip() for n in value.split(",") if n.strip()]
+  if not names:
+    raise ConfigError(f"{path} is empty; choose from {', '.join(allowed)}")
+  for n in names:
+    if n not in allowed:
+      raise ConfigError(f"{path}: {n!r} is not one of {', '.join(allowed)}")
+  if len(set(names)) != len(names):
+    raise ConfigError(f"{path} names a method twice: {value!r}")
+  return names
+
+
+def eval_lengths(config) -> list[int]:
+  """Evaluation lengths in tokens: `round(m * train_len)` for each multiplier, sorted, unique."""
+  return sorted({max(1, round(x * config.data.train_len)) for x in config.eval.length_multipliers})
+
+
+OVERRIDE_ERRORS = (AttributeError, KeyError, TypeError, ValueError)  # what ml_collections raises
+
+
+def exit_bad_override(error: Exception, argv: list[str]):
+  """Prints one line for a `--config.<field>` override ml_collections refused, and exits 2.
+
+  ml_collections raises AttributeError/KeyError (a field that does not exist, with a "did you
+  mean" hint wrapped in a KeyError's repr) from deep inside flag definition or parsing; the user
+  sees the overrides they gave and the hint, not a traceback.
+
+  Args:
+    error: the exception (one of OVERRIDE_ERRORS or an absl flags.Error).
+    argv: sys.argv (its `--config.*` arguments are named in the message).
+
+  Raises:
+    SystemExit: always, with status 2.
+  """
+  detail = str(error.args[0] if error.args else error)
+  if len(detail) > 1 and detail[0] == detail[-1] and detail[0] in "'\"":
+    try:  # a KeyError's repr: unquote it
+      detail = str(ast.literal_eval(detail))
+    except (ValueError, SyntaxError):
+      pass
+  detail = "; ".join(line.strip() for line in detail.splitlines() if line.strip())
+  if detail.startswith("flag --config.") and ": (" in detail:
+    try:  # absl wraps a parser's ValueError args as a tuple: ('Non-boolean argument ...', 'x')
+      head, _, tail = detail.partition(": ")
+      parts = ast.literal_eval(tail)
+      if isinstance(parts, tuple) and all(isinstance(p, str) for p in parts):
+        detail = f"{head}: {parts[0]}: {', '.join(map(repr, parts[1:]))}"
+    except (ValueError, SyntaxError):
+      pass
+  overrides = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+  prefix = (f"a --config override does not match the config ({', '.join(overrides)}): "
+            if overrides and not detail.startswith("flag --config.") else "")
+  print(f"error: {prefix}{detail}", file=sys.stderr)
+  sys.exit(2)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flags parser for scripts that take `--config.<field>=value` overrides.
+
+  Pass as `app.run(main, flags_parser=parse_flags)`: a misspelt field (`--config.eval.suitez`),
+  a value of the wrong type or an unknown flag ends in one line on stderr and exit status 2
+  (`exit_bad_override`), before any JAX work.
+
+  Args:
+    argv: sys.argv.
+
+  Returns:
+    The arguments that are not flags (argv[0] first), as absl's default parser does.
+
+  Raises:
+    SystemExit: on any flag error.
+  """
+  from absl import flags  # noqa: PLC0415
+
+  try:
+    return flags.FLAGS(argv)
+  except (flags.Error, *OVERRIDE_ERRORS) as e:
+    exit_bad_override(e, argv)
+  except (SyntaxError, ImportError, NameError) as e:  # executing the --config file failed
+    where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
+    print(f"error: the --config file does not run: {type(e).__name__}: "
+          f"{e.msg if isinstance(e, SyntaxError) else e}{where}", file=sys.stderr)
+    sys.exit(2)

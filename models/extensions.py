@@ -1,0 +1,305 @@
+"""Eval-time context extensions: the registry of `eval.extension` names.
+
+An extension is a change of the trained model's `model.position` config, made before the eval
+model is built, so the trained parameters restore into it unchanged (no method adds a parameter):
+`apply_extension(config, "yarn", 4.0)` returns such a copy. The methods themselves live with
+the code that computes them:
+
+  pi, ntk, dynamic_ntk, yarn, abf
+               `model.position.rope_scaling` (models/rope_scaling.py: the frequency maths and
+               papers; read by models/positions/rope.py).
+  alibi_interpolation
+               `model.position.alibi_interpolation` (models/positions/alibi.py).
+  self_extend, string, lm_infinite
+               `model.position.position_transform`, position-id transforms of relative schemes
+               (models/position_transforms.py).
+
+Adding an extension: one `Extension` entry in `EXTENSIONS` (with a new `apply` function if no
+existing one sets its fields), and a test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import ml_collections
+
+from configs.errors import ConfigError
+from models import position_transforms, positions
+from models.rope_scaling import DEFAULTS, USES_FACTOR, is_number
+
+__all__ = ["EXTENSIONS", "EXTENSION_PARAMS", "TRANSFORM_WINDOWS", "USES_FACTOR", "Extension",
+           "applied_factor", "applied_window", "apply_extension", "check_param_overrides",
+           "extension_header", "extension_params", "extension_suffix", "relative_kinds"]
+
+
+def relative_kinds() -> tuple[str, ...]:
+  """The registered schemes whose positions reach attention only through the rotate/bias hooks as
+  ids (`PositionalScheme.relative`), so that the position-id transforms apply to them."""
+  return tuple(kind for kind, cls in positions.REGISTRY.items() if cls.relative)
+
+
+# apply(pos, extension, factor, window, train_len): sets the extension's fields on an unlocked,
+# type-unchecked copy of `model.position`; raises ConfigError naming eval.factor / eval.window.
+Apply = Callable[[ml_collections.ConfigDict, str, float, int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Extension:
+  """One eval-time extension (an entry of `EXTENSIONS`).
+
+  Attributes:
+    apply: sets its `model.position` fields (see `Apply`); None = changes nothing.
+    kinds: the model.position.kinds it applies to (besides the relative ones); None = any.
+    relative: it also applies to every relative scheme (`relative_kinds()`).
+    records_factor: it reads eval.factor (s of pi / ntk / yarn, G of self_extend): results
+      record the factor and file names carry `_x<factor>`.
+    window_field: position-id transforms: the model.position field that eval.window sets.
+    params: model.position fields that only this extension reads (when the run was trained
+      without RoPE scaling and position transform), so eval.run may set them.
+  """
+
+  apply: Apply | None
+  kinds: tuple[str, ...] | None = ()
+  relative: bool = False
+  records_factor: bool = False
+  window_field: str | None = None
+  params: tuple[str, ...] = ()
+
+  def applies_to(self) -> tuple[str, ...] | None:
+    """The model.position.kinds this extension applies to; None = any."""
+    if self.kinds is None:
+      return None
+    return (relative_kinds() if self.relative else ()) + self.kinds
+
+
+def _rope_scaling(pos, extension: str, factor: float, window: int, train_len: int) -> None:
+  """pi / ntk / yarn: rope_scaling=<name>, rope_scaling_factor=factor; dynamic_ntk, abf: the name."""
+  del window, train_len
+  trained = pos.get("rope_scaling", "none")
+  if trained != "none":
+    raise ConfigError(f"eval.extension={extension!r} cannot be applied to a run trained with "
+                      f"model.position.rope_scaling={trained!r} (the scalings do not stack)")
+  if extension in USES_FACTOR and not (is_number(factor) and factor >= 1):
+    raise ConfigError(f"eval.extension={extension!r} needs a finite factor s >= 1 "
+                      f"(eval length / train length); got {factor!r}")
+  pos.rope_scaling = extension
+  if extension in USES_FACTOR:
+    pos.rope_scaling_factor = float(factor)
+  for name in ("rope_scaling_train_len", "yarn_alpha", "yarn_beta", "abf_theta"):
+    if name not in pos:
+      pos[name] = DEFAULTS[name]
+
+
+def _alibi_interpolation(pos, extension: str, factor: float, window: int, train_len: int) -> None:
+  del extension, factor, window, train_len
+  pos.alibi_interpolation = True
+
+
+def _position_transform(pos, extension: str, factor: float, window: int, train_len: int) -> None:
+  """position_transform=<name>; eval.window sets its window; self_extend's G is eval.factor."""
+  for name, default in position_transforms.DEFAULTS.items():
+    if name not in pos:
+      pos[name] = default
+  pos.position_transform = extension
+  if window != -1:
+    if not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+      raise ConfigError(f"eval.window must be a positive number of tokens or -1 (the "
+                        f"method's default); got {window!r}")
+    pos[EXTENSIONS[extension].window_field] = window
+  if extension == "self_extend":
+    if not (is_number(factor) and factor >= 1 and float(factor).is_integer()):
+      raise ConfigError(f"eval.extension='self_extend' takes its group size G from "
+                        f"eval.factor, which must be an integer >= 1; got {factor!r}")
+    pos.self_extend_group = int(factor)
+  position_transforms.check_config(pos, train_len)
+
+
+# eval.extension values (the order in which error messages list them).
+EXTENSIONS: dict[str, Extension] = {
+    "none": Extension(None, kinds=None),
+    "pi": Extension(_rope_scaling, ("rope",), records_factor=True),
+    "ntk": Extension(_rope_scaling, ("rope",), records_factor=True),
+    "dynamic_ntk": Extension(_rope_scaling, ("rope",)),
+    "yarn": Extension(_rope_scaling, ("rope",), records_factor=True,
+                      params=("yarn_alpha", "yarn_beta")),
+    "abf": Extension(_rope_scaling, ("rope",), params=("abf_theta",)),
+    "alibi_interpolation": Extension(_alibi_interpolation, ("alibi",)),
+    "self_extend": Extension(_position_transform, relative=True, records_factor=True,
+                             window_field="self_extend_window"),
+    "string": Extension(_position_transform, relative=True, window_field="string_window",
+                        params=("string_shift",)),
+    "lm_infinite": Extension(_position_transform, ("none",),  # NoPE: the Lambda mask alone
+                             relative=True, window_field="lm_infinite_window",
+                             params=("lm_infinite_global", "lm_infinite_distance")),
+}
+# Fields of model.position that only an eval-time extension reads (when the run was trained
+# without RoPE scaling and without a position transform), so eval.run may set them:
+# `--config.model.position.string_shift=100 --config.eval.extension=string`.
+EXTENSION_PARAMS = {name: e.params for name, e in EXTENSIONS.items() if e.params}
+# Position-id transforms (models/position_transforms.py) and the model.position field of
+# their window W / n_local that eval.window sets.
+TRANSFORM_WINDOWS = {name: e.window_field for name, e in EXTENSIONS.items() if e.window_field}
+
+
+def _records_factor(extension: str) -> bool:
+  return extension in EXTENSIONS and EXTENSIONS[extension].records_factor
+
+
+def applied_factor(extension: str, factor: float) -> float:
+  """The eval.factor an extension actually uses: `factor` for the methods that read it (pi, ntk,
+  yarn: the scale s, arXiv 2306.15595 / 2309.00071; self_extend: the group size G, arXiv
+  2401.01325), else 1.0 (results record this value)."""
+  return float(factor) if _records_factor(extension) else 1.0
+
+
+def extension_params(extension: str, position_config) -> dict:
+  """The model.position parameters `extension` reads (EXTENSION_PARAMS) and their values in
+  `position_config` (defaults where the field is absent); results record them."""
+  defaults = {**DEFAULTS, **position_transforms.DEFAULTS}
+  return {name: position_config.get(name, defaults[name])
+          for name in EXTENSION_PARAMS.get(extension, ())}
+
+
+def check_param_overrides(run_position, position, extensions) -> dict[str, dict]:
+  """The model.position fields an evaluation changes from the run's, per extension that reads them.
+
+  Args:
+    run_position: the trained run's `model.position`.
+    position: the evaluation's `model.position` (the run's plus --config overrides).
+    extensions: the eval.extension names of this evaluation.
+
+  Returns:
+    {extension: {field: new value}} for the extensions whose parameters were changed.
+
+  Raises:
+    ConfigError: a changed field that is not an eval-time parameter (EXTENSION_PARAMS), one the run
+      trained with (it had a RoPE scaling or a position transform), or one that no extension of
+      this evaluation reads.
+  """
+  changed = {k for k in set(position) | set(run_position)
+             if position.get(k) != run_position.get(k)}
+  if not changed:
+    return {}
+  readers = {f: ext for ext, fields in EXTENSION_PARAMS.items() for f in fields}
+  trained_with = (run_position.get("rope_scaling", "none") != "none"
+                  or run_position.get("position_transform", "none") != "none")
+  for field in sorted(changed):
+    if field not in readers or trained_with:
+      allowed = sorted(readers) if not trained_with else []
+      raise ConfigError(f"--config.model.position.{field} must stay as trained (the checkpoint's "
+                        f"model); eval-time parameters that may change: {allowed}")
+    if readers[field] not in extensions:
+      raise ConfigError(f"model.position.{field} is read by eval.extension="
+                        f"{readers[field]!r} only; this evaluation runs {list(extensions)}")
+  out: dict[str, dict] = {}
+  for field in sorted(changed):
+    out.setdefault(readers[field], {})[field] = position[field]
+  return out
+
+
+def applied_window(extension: str, window: int) -> int:
+  """The eval.window an extension actually uses: `window` for the position-id transforms
+  (self_extend, string, lm_infinite) when set, else -1 (the default / not used)."""
+  return int(window) if extension in TRANSFORM_WINDOWS and window != -1 else -1
+
+
+def extension_header(config, extension: str | None = None) -> dict:
+  """The fields every evaluation result records about its eval-time extension.
+
+  Args:
+    config: the evaluation's config (reads eval.extension, eval.factor, eval.window and the
+      model.position parameters the extension reads).
+    extension: overrides eval.extension (e.g. "none" for a result computed as trained).
+
+  Returns:
+    {"extension": name, "extension_factor": applied_factor, "extension_window": applied_window,
+     "extension_params": extension_params}; "none", 1.0, -1 and {} without an extension.
+  """
+  e = config.eval
+  extension = e.get("extension", "none") if extension is None else extension
+  return {"extension": extension,
+          "extension_factor": applied_factor(extension, e.get("factor", 1.0)),
+          "extension_window": applied_window(extension, e.get("window", -1)),
+          "extension_params": extension_params(extension, config.model.position)}
+
+
+def extension_suffix(extension: str, factor: float, window: int = -1,
+                     params: dict | None = None) -> str:
+  """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for
+  the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"; then "_w<W>"
+  when a position-id transform runs with a window other than its default (eval.window), and
+  "_<field><value>" for each model.position parameter changed at evaluation (`params`, from
+  `check_param_overrides`), so results of different settings do not overwrite each other."""
+  if extension == "none":
+    return ""
+  used = _records_factor(extension)
+  w = applied_window(extension, window)
+  return (f"_{extension}" + (f"_x{applied_factor(extension, factor):g}" if used else "")
+          + (f"_w{w}" if w != -1 else "")
+          + "".join(f"_{k}{v:g}" for k, v in sorted((params or {}).items())))
+
+
+def apply_extension(config: ml_collections.ConfigDict, extension: str,
+                    factor: float = 1.0, window: int = -1) -> ml_collections.ConfigDict:
+  """A copy of the experiment `config` whose `model.position` applies an eval-time extension.
+
+  The parameters of a model trained with `config` restore into the returned config's model
+  unchanged (no extension adds or reshapes a parameter). `config` itself is not modified. The
+  methods and their papers (arXiv 2306.15595, 2309.00071, 2309.16039, 2310.13017) are listed in
+  the docstring of models/rope_scaling.py.
+
+    "none"                 an unchanged copy (the model as trained);
+    "pi", "ntk", "yarn"    rope_scaling=<name>, rope_scaling_factor=factor (s >= 1);
+    "dynamic_ntk"          rope_scaling="dynamic_ntk" (s follows the length; factor unused);
+    "abf"                  rope_scaling="abf" with the config's abf_theta (default 500000;
+                           factor unused);
+    "alibi_interpolation"  alibi_interpolation=True (the scale follows the length; factor unused).
+    "self_extend"          position_transform="self_extend", self_extend_group = factor (an
+                           integer G >= 1); any relative scheme (`relative_kinds()`).
+    "string", "lm_infinite"
+                           position_transform=<name> (factor unused); any relative scheme, and
+                           lm_infinite also NoPE (kind "none": the Lambda mask alone).
+  For the three position-id transforms (models/position_transforms.py), `window` > 0 sets the
+  window W (self_extend_window, string_window) or n_local (lm_infinite_window), tokens.
+
+  The RoPE methods keep rope_scaling_train_len, yarn_alpha, yarn_beta and abf_theta as the config
+  has them (added with their `DEFAULTS` where the run's config.json predates these fields). Only
+  pi, ntk and yarn record the factor (rope_scaling_factor), so the config describes exactly the
+  model that is evaluated.
+
+  Args:
+    config: the run's experiment ConfigDict (configs/base.py).
+    extension: one of `EXTENSIONS`.
+    factor: s (dimensionless, >= 1; typically eval length / train length); self_extend: G.
+    window: tokens, or -1 for the method's default (position-id transforms only).
+
+  Returns:
+    A new ConfigDict.
+
+  Raises:
+    ConfigError: naming `eval.extension`: an unknown name (listing the allowed ones), an
+      extension that does not apply to the run's `model.position.kind` (e.g. yarn on alibi), a
+      run already trained with a RoPE scaling, or a factor that is not a number >= 1 for a method
+      that uses it.
+  """
+  if extension not in EXTENSIONS:
+    raise ConfigError(f"eval.extension={extension!r} is not supported; "
+                      f"choose one of {list(EXTENSIONS)}")
+  out = config.copy_and_resolve_references()
+  spec = EXTENSIONS[extension]
+  if spec.apply is None:
+    return out
+  kind = out.model.position.kind
+  kinds = spec.applies_to()
+  if kinds is not None and kind not in kinds:
+    fits = [name for name, e in EXTENSIONS.items()
+            if e.applies_to() is None or kind in e.applies_to()]
+    raise ConfigError(f"eval.extension={extension!r} applies to model.position.kind in "
+                      f"{list(kinds)} only; this run's kind is {kind!r} "
+                      f"(choose one of {fits})")
+  pos = out.model.position
+  with pos.unlocked(), pos.ignore_type():
+    spec.apply(pos, extension, factor, window, out.data.train_len)
+  return out
