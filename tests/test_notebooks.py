@@ -1,5 +1,5 @@
 """The notebooks run top to bottom (nbclient, headless) on a small study table made here, and
-`python -m eval.report` writes one HTML page holding every figure."""
+`python -m sweeps.report` writes one HTML page holding every figure."""
 
 import base64
 import os
@@ -15,8 +15,7 @@ import pytest
 from nbclient import NotebookClient
 
 import train
-from eval import plots, report
-from sweeps import collect
+from sweeps import collect, figures, report
 from tests.conftest import tiny_config
 from tests.fake_study import GROWTH, write_fake_study
 
@@ -51,30 +50,31 @@ def images(nb) -> int:
 
 
 def test_figures_follow_the_table(study):
-  frame = plots.read_table(study)
-  figure = plots.fig_ppl_vs_length(frame)
+  frame = figures.read_table(study)
+  figure = figures.fig_ppl_vs_length(frame)
   lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
   for scheme, growth in GROWTH.items():  # mean over seeds 0 and 1: 4.05 x growth per doubling
     assert list(lines[scheme].get_ydata()) == pytest.approx(
         [4.05, 4.05, 4.05 * growth, 4.05 * growth ** 2, 4.05 * growth ** 3])
   assert "rope + yarn x4" not in lines
-  assert "rope + yarn x4" in {l.get_label() for l in plots.fig_extensions(frame).axes[0].get_lines()}
-  summary = plots.summary_table(frame)
+  assert "rope + yarn x4" in {
+      l.get_label() for l in figures.fig_extensions(frame).axes[0].get_lines()}
+  summary = figures.summary_table(frame)
   # ppl(8x) / ppl(1x): alibi 1, rope + YaRN 1, none 1.5^3, rope 2^3
   assert list(zip(summary["scheme"], summary["extension"])) == [
       ("alibi", "none"), ("rope", "yarn"), ("none", "none"), ("rope", "none")]
   assert list(summary["ratio_8x_1x_mean"]) == pytest.approx([1.0, 1.0, 3.375, 8.0])
   with pytest.raises(ValueError, match="not a summary column"):
-    plots.summary_table(frame, "no_such_column")
-  grid = plots.fig_retrieval_grid(frame)
+    figures.summary_table(frame, "no_such_column")
+  grid = figures.fig_retrieval_grid(frame)
   assert [a.get_title() for a in grid.axes[:4]] == ["alibi", "none", "rope", "rope + yarn x4"]
-  assert plots.fig_algorithmic(frame).axes[0].get_title().startswith("copy")
-  assert plots.fig_retrieval_grid(frame, "needle") is None  # no needle results
+  assert figures.fig_algorithmic(frame).axes[0].get_title().startswith("copy")
+  assert figures.fig_retrieval_grid(frame, "needle") is None  # no needle results
 
 
 def test_report_embeds_every_figure(study, tmp_path):
   out = str(tmp_path / "report.html")
-  result = subprocess.run([sys.executable, "-m", "eval.report", study, f"--out={out}"],
+  result = subprocess.run([sys.executable, "-m", "sweeps.report", study, f"--out={out}"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr
   with open(out) as f:
@@ -95,11 +95,11 @@ def test_report_embeds_every_figure(study, tmp_path):
                          ignore=shutil.ignore_patterns("results.*", "summary.csv"))
   path, ids = report.write_report(bare)
   assert path == os.path.join(bare, "report.html") and ids == want
-  bad = subprocess.run([sys.executable, "-m", "eval.report", str(tmp_path / "nothing.txt")],
+  bad = subprocess.run([sys.executable, "-m", "sweeps.report", str(tmp_path / "nothing.txt")],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
   assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
   assert len(bad.stderr.strip().splitlines()) == 1 and "does not exist" in bad.stderr
-  bare_call = subprocess.run([sys.executable, "-m", "eval.report"], cwd=REPO, capture_output=True,
+  bare_call = subprocess.run([sys.executable, "-m", "sweeps.report"], cwd=REPO, capture_output=True,
                              text=True, timeout=600)
   assert bare_call.returncode == 2 and len(bare_call.stderr.strip().splitlines()) == 1
 
@@ -107,42 +107,42 @@ def test_report_embeds_every_figure(study, tmp_path):
 def test_a_table_with_only_some_suites_gives_their_figures(study):
   """A text study has no algorithmic columns, a task study no perplexity columns (as collected):
   each gets its own figures and summary, and no error for the others."""
-  frame = plots.read_table(study)
+  frame = figures.read_table(study)
   text = frame[frame["suite"] != "algorithmic"].dropna(axis=1, how="all")
   assert "exact_match" not in text.columns
-  assert [i for i, _, _ in plots.study_figures(text)] == [
+  assert [i for i, _, _ in figures.study_figures(text)] == [
       "ppl_vs_length_non_overlapping", "extensions_non_overlapping",
       "loss_by_position_non_overlapping", "passkey_heatmaps", "passkey_vs_length",
       "attention_vs_length"]
-  assert plots.fig_algorithmic(text) is None
-  assert len(plots.summary_table(text)) == 4
+  assert figures.fig_algorithmic(text) is None
+  assert len(figures.summary_table(text)) == 4
   tasks = frame[frame["suite"] == "algorithmic"].dropna(axis=1, how="all")
   assert "ppl" not in tasks.columns and "accuracy" not in tasks.columns
-  assert [i for i, _, _ in plots.study_figures(tasks)] == ["algorithmic"]
-  assert plots.fig_attention_vs_length(tasks) is None
+  assert [i for i, _, _ in figures.study_figures(tasks)] == ["algorithmic"]
+  assert figures.fig_attention_vs_length(tasks) is None
 
 
 def test_bad_arguments_and_tables_are_one_clear_line(study, tmp_path):
-  frame = plots.read_table(study)
+  frame = figures.read_table(study)
   for call, message in [
-      (lambda: plots.fig_ppl_vs_length(frame, "slidng"),
+      (lambda: figures.fig_ppl_vs_length(frame, "slidng"),
        "protocol='slidng' is not one of 'non_overlapping', 'sliding'"),
-      (lambda: plots.summary_table(frame, protocol="slidng"), "protocol='slidng'"),
-      (lambda: plots.fig_loss_by_position(frame, 300),
+      (lambda: figures.summary_table(frame, protocol="slidng"), "protocol='slidng'"),
+      (lambda: figures.fig_loss_by_position(frame, 300),
        "length=300 is not one of 16, 32, 64, 128, 256"),
-      (lambda: plots.fig_retrieval_grid(frame, "passkeys"), "suite='passkeys'"),
-      (lambda: plots.fig_algorithmic(frame, "accuracy"), "metric='accuracy'")]:
+      (lambda: figures.fig_retrieval_grid(frame, "passkeys"), "suite='passkeys'"),
+      (lambda: figures.fig_algorithmic(frame, "accuracy"), "metric='accuracy'")]:
     with pytest.raises(ValueError, match=re.escape(message)):
       call()
   summary_csv = os.path.join(study, "summary.csv")
   with pytest.raises(ValueError, match="not a results table: no run or suite column"):
-    plots.read_table(summary_csv)
+    figures.read_table(summary_csv)
   (tmp_path / "empty.csv").write_text("")
   (tmp_path / "notes.txt").write_text("run,suite\n")
   for path, message in [(summary_csv, "not its summary.csv"),
                         (str(tmp_path / "empty.csv"), "not a readable results table"),
                         (str(tmp_path / "notes.txt"), "not a results .parquet / .csv file")]:
-    bad = subprocess.run([sys.executable, "-m", "eval.report", path], cwd=REPO,
+    bad = subprocess.run([sys.executable, "-m", "sweeps.report", path], cwd=REPO,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert message in bad.stderr
@@ -151,11 +151,11 @@ def test_bad_arguments_and_tables_are_one_clear_line(study, tmp_path):
 
 
 def test_one_colour_per_scheme_and_readable_log_ticks(study):
-  frame = plots.read_table(study)
+  frame = figures.read_table(study)
   by_position = frame[~((frame["suite"] == "loss_by_position") & (frame["scheme"] == "alibi"))]
   colours = {}
-  for fig in (plots.fig_ppl_vs_length(frame), plots.fig_loss_by_position(by_position),
-              plots.fig_accuracy_vs_length(frame)):
+  for fig in (figures.fig_ppl_vs_length(frame), figures.fig_loss_by_position(by_position),
+              figures.fig_accuracy_vs_length(frame)):
     for line in fig.axes[0].get_lines():
       if not line.get_label().startswith(("train_len", "_")):
         colours.setdefault(line.get_label(), set()).add(line.get_color())
@@ -163,7 +163,7 @@ def test_one_colour_per_scheme_and_readable_log_ticks(study):
       "alibi": 1, "none": 1, "rope": 1, "rope + yarn x4": 1}
   assert len({next(iter(v)) for v in colours.values()}) == 4
   narrow = frame[frame["scheme"] == "alibi"]  # ppl 4.0..4.1 at every length
-  ax = plots.fig_ppl_vs_length(narrow).axes[0]
+  ax = figures.fig_ppl_vs_length(narrow).axes[0]
   ax.figure.canvas.draw()
   low, high = ax.get_ylim()
   assert len([t for t in ax.get_yticks() if low <= t <= high]) >= 1
@@ -176,21 +176,21 @@ def test_the_report_of_a_folder_collects_again_when_runs_are_newer(study, tmp_pa
   run = os.path.join(copy, "kind=alibi,seed=0", "eval", "passkey.json")
   os.utime(run, (os.path.getmtime(run) + 100, os.path.getmtime(run) + 100))
   with pytest.warns(UserWarning, match="older than the results of 1 run"):
-    plots.read_table(copy)
+    figures.read_table(copy)
   with open(os.path.join(copy, "kind=alibi,seed=1", "eval", "ppl_vs_length.json"), "w") as f:
     f.write("{half")  # a half-written file: left out with a warning
-  result = subprocess.run([sys.executable, "-m", "eval.report", copy], cwd=REPO,
+  result = subprocess.run([sys.executable, "-m", "sweeps.report", copy], cwd=REPO,
                           capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr
   assert "collecting" in result.stderr and "again" in result.stderr
   assert "warning: left out 1 file(s) of run kind=alibi,seed=1" in result.stderr
 
 
-@pytest.mark.parametrize("name,figures", [("extrapolation", 3), ("retrieval", 2),
+@pytest.mark.parametrize("name,pictures", [("extrapolation", 3), ("retrieval", 2),
                                           ("algorithmic", 1)])
-def test_table_notebooks_run_headless(name, figures, study, tmp_path):
+def test_table_notebooks_run_headless(name, pictures, study, tmp_path):
   nb = run_notebook(name, f"RESULTS = {os.path.join(study, 'results.parquet')!r}", tmp_path)
-  assert images(nb) == figures
+  assert images(nb) == pictures
 
 
 def test_attention_notebook_runs_on_checkpoints(study, text_corpus, tmp_path):

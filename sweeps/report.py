@@ -1,14 +1,14 @@
-"""One HTML page with every figure and table of a study: `python -m eval.report <root>/<study>`.
+"""One HTML page with every figure and table of a study: `python -m sweeps.report <root>/<study>`.
 
 Reads the study's results table (`results.parquet`, else `results.csv`; collecting the study
 folder again, in memory, with sweeps.collect if it has neither or if some run's results are
-newer), draws every figure of `eval.plots.study_figures` (the ones the notebooks show) as
+newer), draws every figure of `sweeps.figures.study_figures` (the ones the notebooks show) as
 embedded PNG images, and adds the summary table (sweeps.collect.summarize; click a column header
 to sort; blanks last) and the runs. The page needs no other file, so it can be mailed or
 attached as is.
 
-  python -m eval.report workdirs/sweeps/pe_extrapolation_cpu        # -> <study>/report.html
-  python -m eval.report results/pe_extrapolation_cpu.parquet --out=/tmp/report.html
+  python -m sweeps.report workdirs/sweeps/pe_extrapolation_cpu        # -> <study>/report.html
+  python -m sweeps.report results/pe_extrapolation_cpu.parquet --out=/tmp/report.html
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ import datetime
 import html
 import os
 import sys
+import warnings
 
 import pandas as pd
 from absl import app, flags
 
 from configs.validate import ConfigError, parse_flags
-from eval import plots
 from eval.files import atomic_write
+from sweeps import collect
+from sweeps.figures import png_bytes, read_table, study_figures, study_table_path
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "output .html path (default: <study>/report.html, or "
@@ -62,12 +64,9 @@ def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
     ConfigError: nothing there, a file that is not a results table, or a folder with neither a
       table nor a run to collect.
   """
-  import warnings
-
-  from sweeps import collect
   if os.path.isdir(path):
     name = os.path.basename(os.path.normpath(path))
-    table = plots.study_table_path(path)
+    table = study_table_path(path)
     if table is not None and not collect.runs_newer_than(path, os.path.getmtime(table)):
       return _read(table), name
     if table is not None:
@@ -90,7 +89,7 @@ def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
 
 def _read(path: str) -> pd.DataFrame:
   try:
-    return plots.read_table(path)
+    return read_table(path)
   except ValueError as e:  # not a results table: one line
     raise ConfigError(str(e)) from None
 
@@ -100,8 +99,7 @@ def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
 
   Every figure is `<figure id="fig-<id>"><img alt="<id>" src="data:image/png;base64,...">`.
   """
-  from sweeps.collect import summarize
-  figures = plots.study_figures(frame)
+  figures = study_figures(frame)
   parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}"
            "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
@@ -109,16 +107,16 @@ def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
            f"<h1>{html.escape(title)}</h1>",
            f"<p>{frame['run'].nunique()} runs, {len(frame)} result rows; schemes: "
            f"{html.escape(', '.join(sorted(map(str, frame['scheme'].dropna().unique()))))}. "
-           f"Generated {datetime.datetime.now():%Y-%m-%d %H:%M} by python -m eval.report.</p>",
+           f"Generated {datetime.datetime.now():%Y-%m-%d %H:%M} by python -m sweeps.report.</p>",
            "<h2>Contents</h2><ul>"]
   parts += [f"<li><a href='#fig-{i}'>{html.escape(c)}</a></li>" for i, c, _ in figures]
   parts.append("<li><a href='#summary'>Summary table</a></li><li><a href='#runs'>Runs</a></li>"
                "</ul>")
   for i, caption, fig in figures:
-    data = base64.b64encode(plots.png_bytes(fig)).decode("ascii")
+    data = base64.b64encode(png_bytes(fig)).decode("ascii")
     parts.append(f"<figure id='fig-{i}'><img alt='{i}' src='data:image/png;base64,{data}'>"
                  f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-  summary = summarize(frame) if (frame["suite"].isin(["ppl_vs_length", "passkey"])).any() \
+  summary = collect.summarize(frame) if (frame["suite"].isin(["ppl_vs_length", "passkey"])).any() \
       else pd.DataFrame()
   parts.append("<h2 id='summary'>Summary (mean and sample std over seeds; click a header to "
                "sort)</h2>")
@@ -158,7 +156,7 @@ def write_report(path: str, out: str | None = None) -> tuple[str, list[str]]:
 
 def main(argv):
   if len(argv) != 2:
-    print("error: usage: python -m eval.report <root>/<study> | <results.parquet|csv> "
+    print("error: usage: python -m sweeps.report <root>/<study> | <results.parquet|csv> "
           f"[--out=report.html]; got {len(argv) - 1} arguments", file=sys.stderr)
     sys.exit(2)
   try:

@@ -1,0 +1,532 @@
+"""Study figures: from a study's tidy results table (sweeps/collect.py), one curve per scheme
+(mean over seeds, band = min..max over seeds).
+
+Each figure function returns a matplotlib Figure, or None when the table holds nothing for it;
+the notebooks display them and sweeps/report.py embeds them. The figures of a single run, written
+beside its eval/*.json, are in eval/plots.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import warnings
+import zlib
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib import ticker
+from matplotlib.colors import LogNorm
+
+from eval.plots import RETRIEVAL_CMAP, length_axis, subplots
+from sweeps.collect import configuration_columns, runs_newer_than, summarize
+
+
+def study_table_path(study_dir: str) -> str | None:
+  """The results table sweeps.collect wrote in `study_dir`: results.parquet, else results.csv,
+  else None."""
+  for name in ("results.parquet", "results.csv"):
+    if os.path.exists(os.path.join(study_dir, name)):
+      return os.path.join(study_dir, name)
+  return None
+
+
+def read_table(path: str):
+  """A study's results table: `results.parquet` / `results.csv` (sweeps.collect), or a study
+  folder holding one (parquet preferred). A warning names the runs whose results are newer than
+  the folder's table (collect it again to include them).
+
+  Raises:
+    FileNotFoundError: no such file, or a folder without a results table.
+    ValueError: the file is not a .parquet / .csv results table (unreadable, or without the
+      `run` and `suite` columns sweeps.collect writes; e.g. its summary.csv).
+  """
+  if os.path.isdir(path):
+    table = study_table_path(path)
+    if table is not None:
+      newer = runs_newer_than(path, os.path.getmtime(table))
+      if newer:
+        warnings.warn(f"{table} is older than the results of {len(newer)} run(s) "
+                      f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}); run "
+                      f"python -m sweeps.collect {path} to include them", stacklevel=2)
+      return read_table(table)
+    raise FileNotFoundError(f"{path} holds no results.parquet or results.csv "
+                            "(run python -m sweeps.collect on the study folder first)")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no results table at {path}")
+  if os.path.isdir(path) or not path.endswith((".parquet", ".csv")):
+    raise ValueError(f"{path} is not a results .parquet / .csv file (sweeps.collect writes "
+                     "<study>/results.parquet and results.csv)")
+  try:
+    frame = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+  except Exception as e:  # pyarrow / pandas parser errors: one line, naming the file
+    raise ValueError(f"{path} is not a readable results table: {type(e).__name__}: "
+                     f"{str(e).splitlines()[0] if str(e) else ''}") from None
+  missing = [c for c in ("run", "suite") if c not in frame.columns]
+  if missing:
+    raise ValueError(f"{path} is not a results table: no {' or '.join(missing)} column "
+                     "(sweeps.collect's results.parquet / results.csv, not its summary.csv)")
+  return frame
+
+
+# Every column the study figures read. A table lacks the columns of suites it has no results for
+# (a study without algorithmic runs has no `exact_match`); figures see them as empty.
+TABLE_COLUMNS = ("run", "scheme", "seed", "train_len", "task", "suite", "extension",
+                 "extension_factor", "protocol", "length", "multiplier", "ppl", "nll", "detail",
+                 "accuracy", "entropy", "entropy_uniform", "sink_mass", "size", "exact_match",
+                 "token_accuracy", "in_distribution")
+
+
+def _any_table(fig_fn):
+  """Lets `fig_fn(frame, ...)` take a results table that lacks some of TABLE_COLUMNS."""
+  @functools.wraps(fig_fn)
+  def wrapper(frame, *args, **kwargs):
+    missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
+    if missing:
+      frame = frame.assign(**{c: None for c in missing})
+    return fig_fn(frame, *args, **kwargs)
+  return wrapper
+
+
+def curve_labels(frame) -> pd.Series:
+  """Legend label of every row: the scheme, the config fields that vary between runs apart from
+  seeds and eval settings (the `cfg.*` columns sweeps.collect.configuration_columns groups the
+  summary by, e.g. model size), and the eval-time extension with its factor."""
+  varying = [c for c in configuration_columns(frame.columns) if c.startswith("cfg.")
+             and frame[c].nunique(dropna=False) > 1]
+
+  def label(row) -> str:
+    parts = [str(row.get("scheme", "model"))]
+    parts += [f"{c.rsplit('.', 1)[-1]}={row[c]}" for c in varying]
+    ext = row.get("extension")
+    if isinstance(ext, str) and ext != "none":
+      factor = row.get("extension_factor")
+      parts.append(f"+ {ext}" + (f" x{factor:g}" if pd.notna(factor) and factor != 1 else ""))
+    return " ".join(parts)
+
+  if frame.empty:
+    return pd.Series([], dtype=str)
+  return frame.apply(label, axis=1)
+
+
+def _mean_band(frame, x: str, y: str):
+  """Per label: x values, mean, min and max of y over runs (seeds), sorted by x."""
+  rows = frame.dropna(subset=[y]).assign(label=curve_labels(frame))
+  out = {}
+  for label, group in rows.groupby("label", sort=True):
+    stats = group.groupby(x)[y].agg(["mean", "min", "max"]).sort_index()
+    out[label] = stats
+  return out
+
+
+# One colour per scheme in every figure (the registry's schemes, in a fixed order); eval-time
+# extensions of a scheme are dashed, in colours of their own.
+SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
+                "xpos", "kerple_power", "sandwich", "cope", "rope_mixed")
+
+
+def _style(label: str, extensions: list[str]) -> dict:
+  """Matplotlib line style of a curve label ("<scheme> [cfg...] [+ <extension> x<factor>]"):
+  a fixed tab20 colour per scheme; the curves of eval-time extensions dashed, in Dark2 colours
+  taken in the order of `extensions` (the sorted extension labels of the axes)."""
+  base, plus, _ = label.partition(" + ")
+  if plus:
+    dark = matplotlib.colormaps["Dark2"].colors
+    return {"color": dark[extensions.index(label) % len(dark)], "linestyle": "--"}
+  palette = matplotlib.colormaps["tab20"].colors
+  if base in SCHEME_ORDER:
+    return {"color": palette[2 * SCHEME_ORDER.index(base) % len(palette)]}
+  return {"color": palette[zlib.crc32(base.encode()) % len(palette)]}
+
+
+def _plot_bands(ax, bands: dict) -> None:
+  extensions = sorted(label for label in bands if " + " in label)
+  for label, stats in bands.items():
+    line, = ax.plot(stats.index, stats["mean"], marker="o", markersize=3, label=label,
+                    **_style(label, extensions))
+    if (stats["max"] > stats["min"]).any():
+      ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
+
+
+def _train_len(frame) -> int | None:
+  values = frame["train_len"].dropna().unique() if "train_len" in frame else []
+  return int(values[0]) if len(values) == 1 else None
+
+
+def _log_ppl_axis(ax) -> None:
+  """Log perplexity axis labelled at 1, 2 and 5 times powers of ten, or at evenly spaced round
+  values when the curves span less than a factor of 10 (else one tick, e.g. "10")."""
+  ax.set_yscale("log")
+  low, high = ax.get_ylim()
+  if high / max(low, 1e-12) > 10:
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+  else:  # within a decade: evenly spaced round values
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 2.5, 5, 10]))
+  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+  ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+  ax.set_ylabel("perplexity (per token)")
+
+
+PROTOCOLS = ("non_overlapping", "sliding")
+RETRIEVAL_SUITES = ("passkey", "needle")
+ALGORITHMIC_METRICS = ("exact_match", "token_accuracy")
+
+
+def _check(name: str, value, allowed) -> None:
+  """Raises ValueError naming the argument and its allowed values."""
+  if value not in allowed:
+    raise ValueError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+def _suite(frame, suite: str, protocol: str | None = None, extensions: bool | None = False):
+  rows = frame[frame["suite"] == suite]
+  if protocol is not None and "protocol" in rows:
+    rows = rows[rows["protocol"] == protocol]
+  if extensions is False:
+    rows = rows[rows["extension"].fillna("none") == "none"]
+  return rows
+
+
+@_any_table
+def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False):
+  """Perplexity vs evaluation length per scheme (log-log), mean over seeds with a min..max band.
+
+  Args:
+    frame: the results table; protocol: "non_overlapping" | "sliding" (perplexity protocol,
+      Press et al., arXiv 2108.12409, Section 4).
+    with_extensions: also draw every eval-time extension's curve (else the models as trained).
+
+  Returns:
+    A Figure, or None if the table has no ppl_vs_length rows for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
+  if rows.empty:
+    return None
+  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  _plot_bands(ax, _mean_band(rows, "length", "ppl"))
+  length_axis(ax, _train_len(rows))
+  _log_ppl_axis(ax)
+  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, band = min..max",
+               fontsize=9)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
+@_any_table
+def fig_extensions(frame, protocol: str = "non_overlapping"):
+  """Eval-time extensions beside their base scheme: one panel per scheme that has any, the model
+  as trained and each (extension, factor) as curves of perplexity vs length.
+
+  Returns:
+    A Figure, or None if no run has an eval-time extension result for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  rows = _suite(frame, "ppl_vs_length", protocol, None)
+  extended = sorted(rows.loc[rows["extension"].fillna("none") != "none", "scheme"].unique())
+  if not extended:
+    return None
+  fig, axes = subplots(1, len(extended), figsize=(6 * len(extended), 4.5), dpi=110,
+                           squeeze=False)
+  for ax, scheme in zip(axes[0], extended):
+    _plot_bands(ax, _mean_band(rows[rows["scheme"] == scheme], "length", "ppl"))
+    length_axis(ax, _train_len(rows))
+    _log_ppl_axis(ax)
+    ax.set_title(f"{scheme}: eval-time extensions ({protocol})", fontsize=9)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+@_any_table
+def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_overlapping"):
+  """Mean NLL vs token position in the window at one evaluation length, one curve per scheme
+  (mean over seeds of the per-bin NLL; loss_by_position rows' `detail` bins).
+
+  Args:
+    frame: the results table.
+    length: the evaluation length, tokens (default: the longest with results).
+    protocol: perplexity protocol of the rows to use.
+
+  Returns:
+    A Figure, or None if the table has no loss_by_position rows for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS, or no row was evaluated at `length` (the
+      message lists the lengths that were).
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  rows = _suite(frame, "loss_by_position", protocol).dropna(subset=["detail", "nll"])
+  if rows.empty:
+    return None
+  evaluated = sorted(int(x) for x in rows["length"].unique())
+  length = evaluated[-1] if length is None else length
+  _check("length", length, evaluated)
+  rows = rows[rows["length"] == length]
+  bins = []
+  for _, row in rows.assign(label=curve_labels(rows)).iterrows():
+    for b in json.loads(row["detail"]):
+      if b.get("nll") is not None and b.get("tokens"):
+        bins.append({"label": row["label"], "x": ((b["start"] + 1) * b["end"]) ** 0.5,
+                     "nll": b["nll"]})
+  if not bins:
+    return None
+  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  _plot_bands(ax, _mean_band(pd.DataFrame(bins).assign(scheme=lambda d: d["label"]), "x", "nll"))
+  length_axis(ax, _train_len(rows))
+  ax.set_xlabel("context tokens (position in window + 1)")
+  ax.set_ylabel("NLL (nats per token)")
+  ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds", fontsize=9)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
+@_any_table
+def summary_table(frame, sort_by: str = "ratio_8x_1x_mean", protocol: str | None = None):
+  """The study summary (sweeps.collect.summarize: per scheme x extension x protocol, over seeds:
+  ppl at 1x..16x train_len, extrapolation ratio ppl(8x)/ppl(1x), passkey length reached, final
+  validation loss), sorted by `sort_by` (ascending, stable; missing values last).
+
+  Args:
+    frame: the results table.
+    sort_by: a summary column. Note that the extrapolation ratio ranks flatness, not quality: an
+      extension that is bad at every length can be flat.
+    protocol: keep only this perplexity protocol's rows (and the protocol-free passkey rows).
+
+  Raises:
+    ValueError: `sort_by` is not a column of the summary (the message lists them).
+    ValueError: `protocol` is not None or one of PROTOCOLS.
+  """
+  if protocol is not None:
+    _check("protocol", protocol, PROTOCOLS)
+  summary = summarize(frame)
+  if protocol is not None:
+    summary = summary[summary["protocol"].isna() | (summary["protocol"] == protocol)]
+  if sort_by not in summary.columns:
+    raise ValueError(f"sort_by={sort_by!r} is not a summary column; choose one of "
+                   f"{list(summary.columns)}")
+  return summary.sort_values(sort_by, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _depth_grid(rows):
+  """{label: (lengths, depths, mean accuracy [depth, length])} from retrieval rows' detail."""
+  cells = []
+  for _, row in rows.assign(label=curve_labels(rows)).iterrows():
+    if isinstance(row.get("detail"), str):
+      for depth, acc in json.loads(row["detail"]).items():
+        cells.append({"label": row["label"], "length": int(row["length"]),
+                      "depth": float(depth), "accuracy": acc})
+  out = {}
+  if not cells:
+    return out
+  cells = pd.DataFrame(cells)
+  for label, group in cells.groupby("label", sort=True):
+    table = group.groupby(["depth", "length"])["accuracy"].mean().unstack("length")
+    out[label] = (list(table.columns), list(table.index), table.to_numpy(dtype=float))
+  return out
+
+
+@_any_table
+def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = True):
+  """Retrieval heatmaps (depth x length, accuracy mean over seeds) for every scheme in a grid.
+
+  Args:
+    frame: the results table; suite: "passkey" | "needle".
+    with_extensions: include eval-time extensions as their own panels.
+
+  Returns:
+    A Figure, or None if the table has no `suite` rows.
+
+  Raises:
+    ValueError: `suite` is not one of RETRIEVAL_SUITES.
+  """
+  _check("suite", suite, RETRIEVAL_SUITES)
+  rows = _suite(frame, suite, None, None if with_extensions else False)
+  grids = _depth_grid(rows)
+  if not grids:
+    return None
+  cols = min(3, len(grids))
+  nrows = -(-len(grids) // cols)
+  fig, axes = subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), dpi=110,
+                           squeeze=False)
+  cmap = RETRIEVAL_CMAP
+  train_len = _train_len(rows)
+  image = None
+  for ax, (label, (lengths, depths, acc)) in zip(axes.flat, grids.items()):
+    image = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=7)
+    ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths], fontsize=7)
+    inside = [j for j, L in enumerate(lengths) if train_len and L <= train_len]
+    if inside:
+      ax.axvline(max(inside) + 0.5, color="black", linestyle="--", linewidth=1)
+    ax.set_title(label, fontsize=8)
+  for ax in list(axes.flat)[len(grids):]:
+    ax.axis("off")
+  fig.supxlabel(f"context length (tokens); dashed: train_len={train_len}", fontsize=8)
+  fig.supylabel(f"{suite} depth (grey: length skipped)", fontsize=8)
+  fig.suptitle(f"{suite} accuracy (mean over seeds)", fontsize=9)
+  fig.colorbar(image, ax=axes, label="accuracy", fraction=0.03)
+  return fig
+
+
+@_any_table
+def fig_accuracy_vs_length(frame, suite: str = "passkey"):
+  """Retrieval accuracy (all depths) vs context length per scheme and extension, mean over
+  seeds with a min..max band.
+
+  Returns:
+    A Figure, or None if the table has no `suite` rows with an accuracy.
+
+  Raises:
+    ValueError: `suite` is not one of RETRIEVAL_SUITES.
+  """
+  _check("suite", suite, RETRIEVAL_SUITES)
+  rows = _suite(frame, suite, None, None)
+  bands = _mean_band(rows, "length", "accuracy") if not rows.empty else {}
+  if not bands:
+    return None
+  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  _plot_bands(ax, bands)
+  length_axis(ax, _train_len(rows))
+  ax.set_ylim(-0.02, 1.02)
+  ax.set_ylabel(f"{suite} accuracy")
+  ax.set_title(f"{suite} accuracy vs length; mean over seeds, band = min..max", fontsize=9)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
+@_any_table
+def fig_algorithmic(frame, metric: str = "exact_match"):
+  """Accuracy per instance size on the algorithmic tasks: one panel per task, one curve per
+  scheme (mean over seeds, band min..max), the largest trained size marked.
+
+  Args:
+    frame: the results table; metric: "exact_match" | "token_accuracy".
+
+  Returns:
+    A Figure, or None if the table has no algorithmic rows.
+
+  Raises:
+    ValueError: `metric` is not one of ALGORITHMIC_METRICS.
+  """
+  _check("metric", metric, ALGORITHMIC_METRICS)
+  rows = frame[frame["suite"] == "algorithmic"].dropna(subset=[metric])
+  if rows.empty:
+    return None
+  task_col = "task" if "task" in rows else None
+  tasks = sorted(rows[task_col].fillna("").unique()) if task_col else [""]
+  fig, axes = subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), dpi=110, squeeze=False)
+  for ax, task in zip(axes[0], tasks):
+    sub = rows[rows[task_col].fillna("") == task] if task_col else rows
+    _plot_bands(ax, _mean_band(sub, "size", metric))
+    trained = sub.loc[sub["in_distribution"].astype(bool), "size"]
+    if not trained.empty:
+      ax.axvline(trained.max(), color="gray", linestyle="--",
+                 label=f"largest trained size {int(trained.max())}")
+    ax.set_xlabel("instance size")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{task or 'algorithmic'}: {metric.replace('_', ' ')} by size", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+@_any_table
+def fig_attention_vs_length(frame):
+  """Attention entropy (with the uniform ceiling) and sink mass vs length per scheme, mean over
+  layers, heads and seeds (band = min..max over seeds): the attention suite's rows.
+
+  Returns:
+    A Figure, or None if the table has no attention rows.
+  """
+  rows = _suite(frame, "attention", None, None)
+  if rows.empty or rows["entropy"].dropna().empty:
+    return None
+  fig, (ax_e, ax_s) = subplots(1, 2, figsize=(11, 4.5), dpi=110)
+  _plot_bands(ax_e, _mean_band(rows, "length", "entropy"))
+  ceiling = rows.dropna(subset=["entropy_uniform"]).groupby("length")["entropy_uniform"].first()
+  ax_e.plot(ceiling.index, ceiling.values, color="black", linestyle=":",
+            label="uniform over visible keys")
+  _plot_bands(ax_s, _mean_band(rows, "length", "sink_mass"))
+  for ax, ylabel in ((ax_e, "attention entropy (nats)"), (ax_s, "attention on the BOS (sink)")):
+    length_axis(ax, _train_len(rows))
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+  ax_s.set_yscale("log")  # sink mass spans decades (about 1/L), far below 1
+  fig.suptitle("Attention diagnostics vs length (mean over layers, heads, windows, seeds)",
+               fontsize=9)
+  fig.tight_layout()
+  return fig
+
+
+def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
+  """Head-averaged attention maps of one layer, one panel per model, on a log colour scale.
+
+  Args:
+    maps: {label: float [num_layers, num_heads, L, L]} (eval/attention_stats.attention_maps).
+    layer: the layer to show (Python indexing).
+    max_tokens: show at most the first `max_tokens` queries and keys.
+
+  Returns:
+    A Figure.
+  """
+  fig, axes = subplots(1, len(maps), figsize=(4 * len(maps), 3.8), dpi=110, squeeze=False)
+  image = None
+  for ax, (label, m) in zip(axes[0], maps.items()):
+    probs = np.asarray(m[layer]).mean(axis=0)[:max_tokens, :max_tokens]
+    image = ax.imshow(np.where(probs > 0, probs, np.nan), cmap="viridis",
+                      norm=LogNorm(vmin=1e-4, vmax=1), interpolation="nearest")
+    ax.set_title(f"{label}: layer {layer % len(m)}", fontsize=8)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+  fig.colorbar(image, ax=axes, label="attention probability (head mean)", fraction=0.03)
+  return fig
+
+
+@_any_table
+def study_figures(frame) -> list[tuple[str, str, object]]:
+  """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length
+  per protocol (models as trained, then with eval-time extensions beside their base scheme),
+  loss by position at the longest length, passkey / needle heatmap grids and accuracy vs
+  length, attention diagnostics, algorithmic accuracy by size. sweeps/report.py embeds them."""
+  protocols = [p for p in ("non_overlapping", "sliding")
+               if ((frame["suite"] == "ppl_vs_length") & (frame.get("protocol") == p)).any()]
+  figures = []
+  for p in protocols:
+    figures += [(f"ppl_vs_length_{p}", f"Perplexity vs length per scheme ({p} windows)",
+                 fig_ppl_vs_length(frame, p)),
+                (f"extensions_{p}", f"Eval-time extensions beside their base scheme ({p})",
+                 fig_extensions(frame, p)),
+                (f"loss_by_position_{p}", f"Loss by token position at the longest length ({p})",
+                 fig_loss_by_position(frame, protocol=p))]
+  for suite in ("passkey", "needle"):
+    figures += [(f"{suite}_heatmaps", f"{suite}: accuracy by length and depth, every scheme",
+                 fig_retrieval_grid(frame, suite)),
+                (f"{suite}_vs_length", f"{suite}: accuracy vs length",
+                 fig_accuracy_vs_length(frame, suite))]
+  figures += [("attention_vs_length", "Attention entropy and sink mass vs length",
+               fig_attention_vs_length(frame)),
+              ("algorithmic", "Algorithmic tasks: exact match by instance size",
+               fig_algorithmic(frame))]
+  return [(i, caption, fig) for i, caption, fig in figures if fig is not None]
+
+
+def png_bytes(fig) -> bytes:
+  """`fig` as PNG bytes (for an HTML report)."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png")
+  return buffer.getvalue()
