@@ -1,10 +1,16 @@
 """Base config: every field, with its meaning. Other configs start from `get_config()`.
 
+The `model.position` fields are declared by the schemes that read them (`config_fields` in
+models/positions/<scheme>.py, with their defaults and comments) and gathered here from
+models.positions.REGISTRY, so a new scheme's fields need no edit of this file.
+
 Override any field on the command line, e.g.
   python train.py --config=configs/alibi_tiny.py --config.model.position.kind=rope
 """
 
 import ml_collections
+
+from models import positions
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -79,40 +85,12 @@ def get_config() -> ml_collections.ConfigDict:
   # Positional scheme: one of models.positions.REGISTRY (see the README table for every kind).
   c.model.position = ml_collections.ConfigDict()
   c.model.position.kind = "alibi"
-  c.model.position.rope_theta = 10000.0  # rope: base of the inverse frequencies.
-  c.model.position.rotary_fraction = 1.0  # rope: share of head_dim that rotates (partial RoPE).
-  c.model.position.max_len = -1  # learned: table size in positions; -1 = data.train_len.
-  c.model.position.clamp = False  # learned: clamp positions >= max_len to the last row at eval.
-  c.model.position.sinusoid_base = 10000.0  # sinusoidal: wavelength base (Vaswani et al.).
-  c.model.position.per_layer = True  # t5/kerple/fire/cope: own parameters per layer; False = shared
-                                     # by all layers (as in the T5 and KERPLE papers, and FIRE-S).
-  c.model.position.num_buckets = 32  # t5: relative-position buckets.
-  c.model.position.max_distance = 128  # t5: distances (tokens) from here on share the last bucket.
-  c.model.position.fire_mlp_width = 32  # fire: hidden width of the position MLP.
-  c.model.position.fire_init_c = 0.1  # fire: initial c of psi(x) = log(c x + 1).
-  c.model.position.fire_init_threshold = 512.0  # fire: initial L_thr of the normaliser, tokens.
-  c.model.position.sandwich_dim = -1  # sandwich: sinusoid width d'; -1 = head_dim.
-  c.model.position.xpos_scale_base = 512.0  # xpos: the decay's length scale, tokens.
-  c.model.position.cope_npos_max = 64  # cope: contextual positions represented (embedding rows).
-  c.model.position.nope_every = 0  # rope/xpos: layers N-1, 2N-1, ... use no rotation; 0 = none.
-  c.model.position.rope_theta_per_layer = ()  # rope: one rope_theta per layer; () = rope_theta everywhere.
-  c.model.position.rope_scaling = "none"  # rope: "none"|"pi"|"ntk"|"dynamic_ntk"|"yarn"|"abf" (models/rope_scaling.py).
-  c.model.position.rope_scaling_factor = 1.0  # rope: factor s >= 1 of pi/ntk/yarn (e.g. eval_len / train_len).
-  c.model.position.rope_scaling_train_len = -1  # rope: context L of dynamic_ntk/yarn, tokens; -1 = data.train_len.
-  c.model.position.yarn_alpha = 1.0  # yarn: pairs with < alpha rotations over L are divided by s.
-  c.model.position.yarn_beta = 32.0  # yarn: pairs with > beta rotations over L keep their frequency.
-  c.model.position.abf_theta = 500000.0  # rope, abf: the base that replaces rope_theta (Xiong et al.).
-  c.model.position.alibi_interpolation = False  # alibi: slopes times L/n for a query seeing n > L keys.
-  # Eval-time position-id transforms of relative schemes (models/position_transforms.py); set
-  # by eval.extension = self_extend | string | lm_infinite rather than by hand.
-  c.model.position.position_transform = "none"  # "none" | "self_extend" | "string" | "lm_infinite".
-  c.model.position.self_extend_group = 4  # self_extend: group size G (distances >= W grow G times slower).
-  c.model.position.self_extend_window = -1  # self_extend: neighbour window W, tokens; -1 = train_len // 4.
-  c.model.position.string_shift = -1  # string: shift S, tokens; -1 = max(train_len // 3, ceil((n + W) / 2)) per row of n tokens.
-  c.model.position.string_window = -1  # string: local window W, tokens; -1 = max(1, train_len // 16).
-  c.model.position.lm_infinite_global = 10  # lm_infinite: starting tokens every query sees (n_global).
-  c.model.position.lm_infinite_window = -1  # lm_infinite: local window n_local, tokens; -1 = train_len.
-  c.model.position.lm_infinite_distance = -1  # lm_infinite: distance ceiling d_max, tokens; -1 = train_len.
+  # The scheme's fields: every registered scheme declares those it reads, with its default and a
+  # comment (`config_fields` in models/positions/<scheme>.py; RoPE scaling's in
+  # models/rope_scaling.py CONFIG_FIELDS, the eval-time position-id transforms' in
+  # models/position_transforms.py CONFIG_FIELDS); all of them are here, whatever the kind.
+  for name, (default, _) in positions.config_fields().items():
+    c.model.position[name] = default
 
   # ---------------------------------------------------------------- optimisation
   c.train = ml_collections.ConfigDict()
@@ -154,7 +132,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.extension = "none"  # eval-time extensions, comma-separated (python -m eval.run runs each):
                              # none | pi | ntk | dynamic_ntk | yarn | abf (rope) | alibi_interpolation
                              # (alibi) | self_extend | string | lm_infinite (relative schemes);
-                             # models/rope_scaling.py and models/position_transforms.py.
+                             # models/extensions.py (the registry of these names).
   c.eval.factor = 1.0  # scale factor s of pi / ntk / yarn (e.g. eval length / train_len);
                        # self_extend: the group size G (an integer).
   c.eval.window = -1  # self_extend / string: window W; lm_infinite: n_local; tokens; -1 = default.

@@ -43,17 +43,22 @@ import jax.numpy as jnp
 from configs.errors import ConfigError
 
 TRANSFORMS = ("none", "self_extend", "string", "lm_infinite")
-# Defaults of the model.position fields (as in configs/base.py; for configs that predate them).
-DEFAULTS = {
-    "position_transform": "none",
-    "self_extend_group": 4,
-    "self_extend_window": -1,
-    "string_shift": -1,
-    "string_window": -1,
-    "lm_infinite_global": 10,
-    "lm_infinite_window": -1,
-    "lm_infinite_distance": -1,
+# The model.position fields of the transforms, name -> (default, comment); configs/base.py
+# gathers them (models.positions.config_fields). They are set by eval.extension = self_extend |
+# string | lm_infinite (models/extensions.py) rather than by hand.
+CONFIG_FIELDS = {
+    "position_transform": ("none", '"none" | "self_extend" | "string" | "lm_infinite".'),
+    "self_extend_group": (4, "self_extend: group size G (distances >= W grow G times slower)."),
+    "self_extend_window": (-1, "self_extend: neighbour window W, tokens; -1 = train_len // 4."),
+    "string_shift": (-1, "string: shift S, tokens; -1 = max(train_len // 3, ceil((n + W) / 2)) "
+                         "per row of n tokens."),
+    "string_window": (-1, "string: local window W, tokens; -1 = max(1, train_len // 16)."),
+    "lm_infinite_global": (10, "lm_infinite: starting tokens every query sees (n_global)."),
+    "lm_infinite_window": (-1, "lm_infinite: local window n_local, tokens; -1 = train_len."),
+    "lm_infinite_distance": (-1, "lm_infinite: distance ceiling d_max, tokens; -1 = train_len."),
 }
+# Their defaults (for configs that predate them).
+DEFAULTS = {name: default for name, (default, _) in CONFIG_FIELDS.items()}
 
 # region(distance, k_positions) -> bool [batch, 1, q_len, k_len], or None for everywhere.
 Region = Callable[[jax.Array, jax.Array], jax.Array] | None

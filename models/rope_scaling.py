@@ -42,17 +42,20 @@ from configs.errors import ConfigError
 ROPE_SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "abf")
 # Methods that read rope_scaling_factor (dynamic_ntk takes s from the length, abf has a base).
 USES_FACTOR = ("pi", "ntk", "yarn")
-# Defaults of the model.position fields (as in configs/base.py; used when a run's config.json
-# predates them).
-DEFAULTS = {
-    "rope_scaling": "none",
-    "rope_scaling_factor": 1.0,
-    "rope_scaling_train_len": -1,
-    "yarn_alpha": 1.0,
-    "yarn_beta": 32.0,
-    "abf_theta": 500000.0,
-    "alibi_interpolation": False,
+# The model.position fields of RoPE scaling (read by models/positions/rope.py, which declares
+# them as its own), name -> (default, comment); configs/base.py gathers them.
+CONFIG_FIELDS = {
+    "rope_scaling": ("none", '"none"|"pi"|"ntk"|"dynamic_ntk"|"yarn"|"abf" (this module).'),
+    "rope_scaling_factor": (1.0, "factor s >= 1 of pi/ntk/yarn (e.g. eval_len / train_len)."),
+    "rope_scaling_train_len": (-1, "context L of dynamic_ntk/yarn, tokens; -1 = data.train_len."),
+    "yarn_alpha": (1.0, "yarn: pairs with < alpha rotations over L are divided by s."),
+    "yarn_beta": (32.0, "yarn: pairs with > beta rotations over L keep their frequency."),
+    "abf_theta": (500000.0, "abf: the base that replaces rope_theta (Xiong et al.)."),
 }
+# Defaults of the eval-time frequency changes, used when a run's config.json predates them: the
+# fields above and ALiBi interpolation's (declared by models/positions/alibi.py).
+DEFAULTS = {**{name: default for name, (default, _) in CONFIG_FIELDS.items()},
+            "alibi_interpolation": False}
 
 
 def _base_inv_freq(rot_dim: int, theta: float) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Positional schemes against values from their papers' definitions."""
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -175,3 +176,74 @@ def test_registry_has_the_foundation_schemes():
   assert {"none", "learned", "sinusoidal", "rope", "alibi"} <= set(positions.REGISTRY)
   for cls in positions.REGISTRY.values():
     assert cls.__doc__ and cls.__module__.startswith("models.positions.")
+
+
+# ------------------------------------------------------------------ config fields from the registry
+
+# configs/base.py's model.position as it was written out by hand before the schemes declared
+# their fields (commit ac36d01): the gathered section must equal it, key for key and type for type.
+FROZEN_POSITION = {
+    "kind": "alibi", "rope_theta": 10000.0, "rotary_fraction": 1.0, "max_len": -1,
+    "clamp": False, "sinusoid_base": 10000.0, "per_layer": True, "num_buckets": 32,
+    "max_distance": 128, "fire_mlp_width": 32, "fire_init_c": 0.1, "fire_init_threshold": 512.0,
+    "sandwich_dim": -1, "xpos_scale_base": 512.0, "cope_npos_max": 64, "nope_every": 0,
+    "rope_theta_per_layer": (), "rope_scaling": "none", "rope_scaling_factor": 1.0,
+    "rope_scaling_train_len": -1, "yarn_alpha": 1.0, "yarn_beta": 32.0, "abf_theta": 500000.0,
+    "alibi_interpolation": False, "position_transform": "none", "self_extend_group": 4,
+    "self_extend_window": -1, "string_shift": -1, "string_window": -1, "lm_infinite_global": 10,
+    "lm_infinite_window": -1, "lm_infinite_distance": -1,
+}
+
+
+def test_the_gathered_position_section_is_the_hand_written_one():
+  from configs import base
+  position = base.get_config().model.position.to_dict()
+  assert position == FROZEN_POSITION
+  assert {k: type(v) for k, v in position.items()} == {k: type(v) for k, v in FROZEN_POSITION.items()}
+
+
+def test_every_field_is_declared_with_a_one_line_comment():
+  fields = positions.config_fields()
+  assert set(fields) == set(FROZEN_POSITION) - {"kind"}
+  for name, (_, comment) in fields.items():
+    assert isinstance(comment, str) and comment and "\n" not in comment, name
+
+
+def test_the_relative_schemes():
+  from models import extensions
+  assert set(extensions.relative_kinds()) == {"rope", "xpos", "alibi", "t5", "kerple_log",
+                                              "kerple_power", "fire", "sandwich"}
+
+
+def test_a_shared_field_with_two_defaults_is_refused(monkeypatch):
+  class Disagrees(positions.PositionalScheme):
+    config_fields = {"per_layer": (False, "shared by all layers.")}
+
+  monkeypatch.setitem(positions.REGISTRY, "disagrees", Disagrees)
+  with pytest.raises(ValueError, match=r"model\.position\.per_layer has default True in scheme "
+                                       r"'t5' but False in scheme 'disagrees'"):
+    positions.config_fields()
+  Disagrees.config_fields = {"rope_theta": (10000, "an int where RoPE has a float.")}
+  with pytest.raises(ValueError, match=r"rope_theta has default 10000\.0"):
+    positions.config_fields()
+
+
+def test_command_line_overrides_keep_their_types():
+  from absl import flags
+  from ml_collections import config_flags
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                      "alibi_tiny.py")
+
+  def parse(*overrides):
+    argv = ["prog", f"--config={path}", *overrides]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
+    values(argv)
+    return values.config.model.position
+
+  p = parse("--config.model.position.rope_theta=20000", "--config.model.position.kind=rope",
+            "--config.model.position.per_layer=False", "--config.model.position.nope_every=2")
+  assert (p.kind, p.rope_theta, p.per_layer, p.nope_every) == ("rope", 20000.0, False, 2)
+  assert isinstance(p.rope_theta, float)
+  with pytest.raises(flags.IllegalFlagValueError):
+    parse("--config.model.position.nope_every=1.5")

@@ -1,8 +1,24 @@
 """Registry of positional schemes: `config.model.position.kind` -> class.
 
-Adding a scheme: write `models/positions/<name>.py` with a `PositionalScheme` subclass (its
-docstring cites the paper), add one line to `REGISTRY`, and add its reference-value test; the
-parametrized tests (causality, document masking, training) pick it up from the registry.
+Adding a scheme:
+  1. write `models/positions/<name>.py` with a `PositionalScheme` subclass (models/positions/
+     base.py; its docstring cites the paper) that overrides the hooks it uses (`embed`, `rotate`,
+     `bias`) and declares
+       - `config_fields`: the `model.position` fields it reads, name -> (default, one-line
+         comment). configs/base.py gathers them from the registry (`config_fields()` below), so
+         `--config.model.position.<field>=...` works with no edit there; a field another scheme
+         also reads (per_layer, rope_theta, ...) is declared with the same default;
+       - `check_config(cfg, dims)`: raises `ConfigError` (configs/errors.py) naming a bad field,
+         in one line; configs/validate.py calls it through `build(..., check_only=True)`;
+       - `relative = True` if its positions reach attention only as ids through `rotate` /
+         `bias`, so the eval-time position-id transforms (self_extend, string, lm_infinite;
+         models/extensions.py) apply to it;
+       - optionally `kernel_spec` (the fused kernel; without it attention falls back to XLA)
+         and `max_position` / `max_position_hint` (a limit on the position ids it can represent);
+  2. add one line to `REGISTRY`;
+  3. add its reference-value test. The parametrized tests (causality, document masking,
+     training) pick it up from the registry; tests/test_toy_scheme.py shows a scheme defined and
+     registered in a test alone being configured, validated and trained.
 """
 
 from __future__ import annotations
@@ -10,6 +26,7 @@ from __future__ import annotations
 from flax import nnx
 
 from configs.errors import ConfigError
+from models import position_transforms
 from models.positions.alibi import ALiBi
 from models.positions.base import Dims, PositionalScheme
 from models.positions.cope import CoPE
@@ -51,6 +68,36 @@ def scheme_class(kind: str) -> type[PositionalScheme]:
   return REGISTRY[kind]
 
 
+def config_fields() -> dict[str, tuple[object, str]]:
+  """Every `model.position` field but `kind`, name -> (default, comment), in registry order.
+
+  Each registered scheme's `config_fields` (RoPE's include RoPE scaling's, from
+  models/rope_scaling.py), then the eval-time position-id transforms' (models/
+  position_transforms.py CONFIG_FIELDS, which every relative scheme reads). A field declared by
+  several schemes appears once, with the first declaration's comment.
+
+  Raises:
+    ValueError: two declarations of one field disagree on its default (value or type: the type
+      locks `--config.model.position.<field>` overrides), or a scheme declares `kind`.
+  """
+  fields: dict[str, tuple[object, str]] = {}
+  owner: dict[str, str] = {}
+  sources = [(f"scheme {kind!r}", cls.config_fields) for kind, cls in REGISTRY.items()]
+  sources.append(("models/position_transforms.py", position_transforms.CONFIG_FIELDS))
+  for source, declared in sources:
+    for name, (default, comment) in declared.items():
+      if name == "kind":
+        raise ValueError(f"{source} declares model.position.kind, which selects the scheme")
+      if name in fields:
+        first = fields[name][0]
+        if type(first) is not type(default) or first != default:
+          raise ValueError(f"model.position.{name} has default {first!r} in {owner[name]} but "
+                           f"{default!r} in {source}; a shared field needs one default")
+        continue
+      fields[name], owner[name] = (default, comment), source
+  return fields
+
+
 def build(cfg, dims: Dims, *, rngs: nnx.Rngs | None = None,
           check_only: bool = False) -> PositionalScheme | None:
   """Validates `cfg` (the `model.position` section) and builds the scheme.
@@ -71,4 +118,4 @@ def build(cfg, dims: Dims, *, rngs: nnx.Rngs | None = None,
   return cls(cfg, dims, rngs=rngs)
 
 
-__all__ = ["REGISTRY", "Dims", "PositionalScheme", "build", "scheme_class"]
+__all__ = ["REGISTRY", "Dims", "PositionalScheme", "build", "config_fields", "scheme_class"]

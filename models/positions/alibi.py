@@ -85,6 +85,12 @@ class ALiBi(PositionalScheme):
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "alibi_interpolation": (False, "slopes times L/n for a query seeing n > L keys "
+                                     "(eval.extension=alibi_interpolation)."),
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     interpolation = cfg.get("alibi_interpolation", False)

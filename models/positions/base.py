@@ -73,10 +73,15 @@ class PositionalScheme(nnx.Module):
     relative: True if the scheme's positions reach attention only through the `rotate` and
       `bias` hooks as position ids (not through `embed`, nor from the context), so that the
       eval-time position-id transforms (models/position_transforms.py) apply to it.
+    config_fields: the `model.position` fields the scheme reads, name -> (default, one-line
+      comment); configs/base.py gathers every registered scheme's (`models.positions.
+      config_fields`). A field that several schemes read (per_layer, rope_theta, ...) is declared
+      by each of them, with the same default.
   """
 
   max_position: int | None = None
   relative: bool = False
+  config_fields: dict[str, tuple[object, str]] = {}
   max_position_hint: str = ""  # how to evaluate longer, shown when a length is refused
 
   @classmethod

@@ -82,6 +82,13 @@ class CoPE(PositionalScheme):
   replicated (logical axes (None, None, "head_dim")).
   """
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "per_layer": (True, "own position embeddings per layer (the reference code); False = one "
+                          "table shared by all layers."),
+      "cope_npos_max": (64, "contextual positions represented (embedding rows)."),
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     n = cfg.cope_npos_max

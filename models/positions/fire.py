@@ -123,6 +123,14 @@ class FIRE(PositionalScheme):
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "per_layer": (True, "own parameters per layer (FIRE); False = shared by all layers (FIRE-S)."),
+      "fire_mlp_width": (32, "hidden width of the position MLP."),
+      "fire_init_c": (0.1, "initial c of psi(x) = log(c x + 1)."),
+      "fire_init_threshold": (512.0, "initial L_thr of the normaliser, tokens."),
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     width = cfg.fire_mlp_width

@@ -99,6 +99,12 @@ class _Kerple(PositionalScheme):
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "per_layer": (True, "own r1, r2 per layer; False = one pair shared by all layers "
+                          "(as in the KERPLE paper)."),
+  }
+
   # Set by subclasses: maxval of the U(0, maxval) init of r1 and of r2; upper bound of r2 (None:
   # unbounded; lower bounds are EPS); `kernel(distance, r1, r2)`, the bias function.
   R1_INIT, R2_INIT, R2_MAX = 1.0, 1.0, None

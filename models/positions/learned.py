@@ -24,6 +24,12 @@ class Learned(PositionalScheme):
 
   max_position_hint = "set model.position.clamp=True or raise model.position.max_len"
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "max_len": (-1, "table size in positions; -1 = data.train_len."),
+      "clamp": (False, "clamp positions >= max_len to the last row at eval."),
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     if not (cfg.max_len == -1 or (isinstance(cfg.max_len, int) and cfg.max_len >= dims.train_len)):

@@ -96,6 +96,15 @@ class RoPE(PositionalScheme):
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "rope_theta": (10000.0, "base of the inverse frequencies."),
+      "rotary_fraction": (1.0, "share of head_dim that rotates (partial RoPE)."),
+      "nope_every": (0, "layers N-1, 2N-1, ... use no rotation; 0 = none."),
+      "rope_theta_per_layer": ((), "one rope_theta per layer; () = rope_theta everywhere."),
+      **rope_scaling.CONFIG_FIELDS,  # rope_scaling and its parameters (models/rope_scaling.py)
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     if not 0 < cfg.rotary_fraction <= 1:

@@ -66,6 +66,11 @@ class Sandwich(PositionalScheme):
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "sandwich_dim": (-1, "sinusoid width d'; -1 = head_dim."),
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     d = cfg.sandwich_dim

@@ -34,6 +34,11 @@ def sinusoidal_encoding(positions: jax.Array, d_model: int, base: float = 10000.
 class Sinusoidal(PositionalScheme):
   """`x * sqrt(d_model) + PE(positions)`."""
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "sinusoid_base": (10000.0, "wavelength base (Vaswani et al.)."),
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     if dims.d_model % 2:

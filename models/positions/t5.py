@@ -107,6 +107,13 @@ class T5Bias(PositionalScheme):
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "per_layer": (True, "own table per layer; False = one table shared by all layers (T5)."),
+      "num_buckets": (32, "relative-position buckets."),
+      "max_distance": (128, "distances (tokens) from here on share the last bucket."),
+  }
+
   @classmethod
   def check_config(cls, cfg, dims):
     nb, md = cfg.num_buckets, cfg.max_distance

@@ -136,6 +136,14 @@ class XPos(PositionalScheme):
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
 
+  # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
+  config_fields = {
+      "rope_theta": (10000.0, "base of the inverse frequencies (as RoPE)."),
+      "rotary_fraction": (1.0, "share of head_dim that rotates (as RoPE)."),
+      "nope_every": (0, "layers N-1, 2N-1, ... use no rotation; 0 = none (as RoPE)."),
+      "xpos_scale_base": (512.0, "the decay's length scale, tokens."),
+  }
+
   max_position_hint = "raise model.position.xpos_scale_base"
 
   @classmethod
