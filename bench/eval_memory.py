@@ -35,6 +35,7 @@ import train  # noqa: E402
 from configs import alibi_tiny  # noqa: E402
 from eval import perplexity  # noqa: E402
 from models import sharding  # noqa: E402
+from models import spec as specs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("kind", "alibi", "positional scheme (model.position.kind)")
@@ -48,8 +49,8 @@ def main(argv):
   c.model.position.kind = FLAGS.kind
   c.eval.batch_tokens = FLAGS.batch_tokens
   mesh = sharding.make_mesh(c.mesh, jax.devices())
-  spec = train.model_spec(c, mesh)
-  params = train.init_params(c, spec)
+  spec = specs.model_spec(c, mesh)
+  params = specs.init_params(c, spec)
   nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
   print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, jax "
         f"{jax.__version__}; configs/alibi_tiny.py with kind={FLAGS.kind}, train_len "

@@ -12,8 +12,8 @@ jit, shardings, optimizer and loss) on the real data pipeline of its config, and
     (host -> device), `compute ms` (one step, blocked on); the loop never waits on the host
     when `loop ms` ~= `compute ms`;
   - MFU = analytic training FLOPs per step / step time / the dense float32 matmul rate of this
-    machine measured in the same run (`train.measure_peak_flops`, a 2048^3 matmul, best of 5).
-    FLOPs: `train.train_flops_per_token` = 6 x matmul parameters (q/k/v/o, MLP, output head) +
+    machine measured in the same run (`specs.measure_peak_flops`, a 2048^3 matmul, best of 5).
+    FLOPs: `specs.train_flops_per_token` = 6 x matmul parameters (q/k/v/o, MLP, output head) +
     attention scores and values counted as half (causal) x 3 (forward + backward); embedding
     lookups count 0 (the PaLM convention, arXiv 2204.02311, App. B, with the causal half).
 
@@ -42,6 +42,8 @@ from configs import alibi_tiny  # noqa: E402
 from data import pipeline  # noqa: E402
 from data.tokenizers import get_tokenizer  # noqa: E402
 from models import sharding  # noqa: E402
+from data import inputs as data_inputs
+from models import spec as specs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("configs", ["tiny", "d512"], "models to measure: tiny, d512")
@@ -65,9 +67,9 @@ def measure(config, steps: int, peak: float, prefetch: int | None) -> dict:
   """One row of the table for `config` with `prefetch` batches read ahead (module docstring)."""
   devices = jax.devices()
   mesh = sharding.make_mesh(config.mesh, devices)
-  spec = train.model_spec(config, mesh)
+  spec = specs.model_spec(config, mesh)
   tokenizer = get_tokenizer(config.data.tokenizer)
-  docs = train.load_splits(config)
+  docs = data_inputs.load_splits(config)
   data = iter(pipeline.train_dataset(
       docs["train"], tokenizer, train_len=config.data.train_len,
       batch_size=config.data.batch_size, seed=0, prefetch=prefetch))
@@ -105,7 +107,7 @@ def measure(config, steps: int, peak: float, prefetch: int | None) -> dict:
     put_s.append(t2 - t1)
     compute_s.append(t3 - t2)
   tokens = config.data.batch_size * config.data.train_len
-  flops = train.train_flops_per_token(config) * tokens
+  flops = specs.train_flops_per_token(config) * tokens
   return {"params": spec.num_params, "tokens": tokens, "loop_ms": 1e3 * loop,
           "data_ms": 1e3 * statistics.median(data_s), "put_ms": 1e3 * statistics.median(put_s),
           "compute_ms": 1e3 * statistics.median(compute_s), "tokens_per_s": tokens / loop,
@@ -114,7 +116,7 @@ def measure(config, steps: int, peak: float, prefetch: int | None) -> dict:
 
 def main(argv):
   del argv
-  peak = train.measure_peak_flops()
+  peak = specs.measure_peak_flops()
   print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"jax {jax.__version__}, {jax.devices()[0].platform} x {jax.device_count()}; "
         f"dense 2048^3 float32 matmul: {peak / 1e9:.1f} GFLOP/s per device")

@@ -5,12 +5,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
-# The field checks live in configs/errors.py (data/ and models/ import them from there); the
-# names are re-exported so `from configs.validate import ConfigError, parse_flags` keeps working.
-from configs.errors import (OVERRIDE_ERRORS, ConfigError, choice, eval_lengths,  # noqa: F401
-                            exit_bad_override, mesh_shape, name_list, parse_flags, positive_int)
+from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list, positive_int
+from data import corpora, position_samplers, tasks
+from data.passkey import check_retrieval
+from data.tokenizers import get_tokenizer
+from eval import suites as suites_registry
+from models import extensions, position_transforms, positions
+from models.spec import model_spec
 
 DTYPES = ("float32", "bfloat16")
 ACTIVATIONS = ("gelu", "swiglu")
@@ -29,7 +34,6 @@ def validate(config, num_devices: int) -> None:
   Raises:
     ConfigError: on the first bad field, naming it and the allowed values.
   """
-  from models import positions  # local import: keeps this module importable without JAX
   for path in ("model.num_layers", "model.d_model", "model.num_heads", "model.mlp_dim",
                "model.vocab_size", "data.train_len", "data.batch_size", "train.num_steps",
                "train.log_every_steps", "train.checkpoint_every_steps", "train.max_to_keep",
@@ -48,20 +52,16 @@ def validate(config, num_devices: int) -> None:
   choice(config.eval.split, "eval.split", EVAL_SPLITS)
   eval_extensions(config)
   eval_suites(config)
-  from data.tokenizers import get_tokenizer
   vocab = get_tokenizer(config.data.tokenizer).vocab_size
   if m.vocab_size < vocab:
     raise ConfigError(f"model.vocab_size={m.vocab_size} is smaller than the {config.data.tokenizer!r} "
                       f"tokenizer's {vocab} ids")
   check_data_source(config)  # data.source, data.array_record_dir (data/corpora.py, data/prepare.py)
   positions.build(m.position, positions.Dims.from_config(config), check_only=True)
-  from models import position_transforms
   position_transforms.check_config(m.position, config.data.train_len)
-  from data.position_samplers import check_config as check_position_sampler
-  check_position_sampler(config.data.position_sampler, config.data.train_len, m.position)
+  position_samplers.check_config(config.data.position_sampler, config.data.train_len, m.position)
   if config.data.get("task") is not None:  # data.task: the algorithmic task, if any
-    from data.tasks import check_config as check_task
-    check_task(config.data.task, config.data.train_len)
+    tasks.check_config(config.data.task, config.data.train_len)
   check_retrieval(config)  # data.passkey, eval.passkey, eval.needle (data/passkey.py, eval/needle.py)
   t = config.train
   if not t.learning_rate > 0:
@@ -145,9 +145,8 @@ def check_data_source(config) -> None:
       URL (ArrayRecord reads local or mounted paths); data.passkey.fraction > 0 with
       source="array_record" (passkey training documents are made from the training text).
   """
-  from data.corpora import SOURCES  # local import: numpy only
   d = config.data
-  choice(d.source, "data.source", SOURCES)
+  choice(d.source, "data.source", corpora.SOURCES)
   directory = d.get("array_record_dir", "")
   if not isinstance(directory, str):
     raise ConfigError(f"data.array_record_dir must be a path (a string); got {directory!r}")
@@ -165,108 +164,105 @@ def check_data_source(config) -> None:
                       "from data.source='text_files'")
 
 
-def _integer(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_retrieval(config) -> None:
-  """Checks the passkey / needle retrieval fields: data.passkey, eval.passkey, eval.needle.
-
-  Sections absent from an older config are skipped (train.load_run_config fills them from
-  configs/base.py anyway).
-
-  Raises:
-    ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
-      outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
-      key_digits / value_digits outside 1..18; depths not a non-empty list of numbers in [0, 1];
-      trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
-      space and the character after the number); or, with data.passkey.fraction > 0, a passkey
-      training document that cannot fit in data.train_len tokens, or an algorithmic task.
-  """
-  from data.passkey import MAX_DIGITS, min_document_len  # local import: numpy only
-  from data.tokenizers import get_tokenizer
-  p = config.data.get("passkey")
-  if p is not None:
-    if isinstance(p.fraction, bool) or not isinstance(p.fraction, (int, float)) or not 0 <= p.fraction < 1:
-      raise ConfigError(f"data.passkey.fraction must lie in [0, 1) (share of training windows; "
-                        f"0 = none); got {p.fraction!r}")
-    _retrieval_common(p, "data.passkey", digits_field="key_digits", max_digits=MAX_DIGITS)
-    task = config.data.get("task")
-    if p.fraction > 0 and task is not None and task.get("name"):
-      raise ConfigError(f"data.passkey.fraction={p.fraction} mixes passkey documents into text "
-                        f"training; it must be 0 with an algorithmic task "
-                        f"(data.task.name={task.name!r})")
-    if p.fraction > 0:
-      need = min_document_len(get_tokenizer(config.data.tokenizer), preamble=p.preamble,
-                              key_digits=p.key_digits)
-      if need > config.data.train_len:
-        raise ConfigError(
-            f"data.passkey.fraction > 0 needs data.train_len >= {need} tokens for a passkey "
-            f"document with data.passkey.preamble={p.preamble} and key_digits={p.key_digits}; "
-            f"got data.train_len={config.data.train_len} (set data.passkey.preamble=False, "
-            "or fraction=0)")
-  for suite in ("passkey", "needle"):
-    e = config.eval.get(suite)
-    if e is None:
-      continue
-    prefix = f"eval.{suite}"
-    if suite == "needle":
-      _retrieval_common(e, prefix, digits_field="value_digits", max_digits=MAX_DIGITS)
-      digits, digits_name = e.value_digits, "eval.needle.value_digits"
-    else:
-      digits, digits_name = (p.key_digits if p is not None else 5), "data.passkey.key_digits"
-    depths = e.depths
-    if (not isinstance(depths, (tuple, list)) or not depths
-        or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1
-               for d in depths)):
-      raise ConfigError(f"{prefix}.depths must be a non-empty list of numbers in [0, 1] (share of "
-                        f"the filler before the needle); got {depths!r}")
-    if not _integer(e.trials) or e.trials < 1:
-      raise ConfigError(f"{prefix}.trials must be a positive integer; got {e.trials!r}")
-    if not _integer(e.seed) or e.seed < 0:
-      raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {e.seed!r}")
-    if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float)) or not 0 < e.threshold <= 1:
-      raise ConfigError(f"{prefix}.threshold must lie in (0, 1] (accuracy a length needs); "
-                        f"got {e.threshold!r}")
-    if not _integer(e.max_new_tokens) or e.max_new_tokens < digits + 2:
-      raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {digits + 2} "
-                        f"({digits_name} + 2: a leading space, the digits and the character "
-                        f"after them); got {e.max_new_tokens!r}")
-
-
-def _retrieval_common(section, prefix: str, *, digits_field: str, max_digits: int) -> None:
-  """Checks the seed, preamble and digit count of a passkey / needle section."""
-  if not _integer(section.seed) or section.seed < 0:
-    raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {section.seed!r}")
-  if not isinstance(section.preamble, bool):
-    raise ConfigError(f"{prefix}.preamble must be True or False; got {section.preamble!r}")
-  digits = section[digits_field]
-  if not _integer(digits) or not 1 <= digits <= max_digits:
-    raise ConfigError(f"{prefix}.{digits_field} must be an integer in [1, {max_digits}]; "
-                      f"got {digits!r}")
-
-
-# eval.suites names (eval/run.py): ppl_vs_length and loss_by_position come from one pass.
-SUITES = ("ppl_vs_length", "loss_by_position", "passkey", "needle", "attention", "algorithmic")
-
-
 def eval_extensions(config) -> list[str]:
   """`eval.extension` as a list: comma-separated names from models.extensions.EXTENSIONS.
 
   Raises:
     ConfigError: an unknown or repeated name, or an empty list.
   """
-  from models.extensions import EXTENSIONS
-  return name_list(config.eval.extension, "eval.extension", tuple(EXTENSIONS))
+  return name_list(config.eval.extension, "eval.extension", tuple(extensions.EXTENSIONS))
 
 
 def eval_suites(config) -> list[str]:
-  """`eval.suites` as a list (comma-separated names from `SUITES`).
+  """`eval.suites` as a list (comma-separated names of the registry, eval/suites/).
 
   Raises:
     ConfigError: an unknown or repeated name, or an empty list.
   """
-  return name_list(config.eval.get("suites", "ppl_vs_length,loss_by_position"), "eval.suites",
-                    SUITES)
+  return suites_registry.requested_names(config)
 
 
+# ---------------------------------------------------------------------------- the pre-flight
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """One model to evaluate: the run's config with an eval-time extension applied.
+
+  Attributes:
+    extension: the `eval.extension` name ("none" = the model as trained).
+    config: the experiment config with the extension applied (models/extensions.py).
+    spec: its ModelSpec (models/spec.py), or None when `preflight` was given no mesh.
+  """
+
+  extension: str
+  config: Any
+  spec: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What `preflight` found a run will evaluate.
+
+  Attributes:
+    suites: the eval.suites.Suite objects to run, in registry order.
+    evaluations: one `Evaluation` per eval-time extension (train.py: the model as trained only).
+    warnings: lines to print before starting (fields that will not be applied, skipped lengths).
+    eval_lengths: the evaluation lengths, tokens (eval.length_multipliers x data.train_len).
+  """
+
+  suites: list
+  evaluations: list[Evaluation]
+  warnings: list[str]
+  eval_lengths: list[int]
+
+
+def preflight(config, *, purpose: str, mesh=None, docs=None, tokenizer=None,
+              explicit_lengths: bool = False) -> Plan:
+  """The one pre-flight of train.py ("train"), eval.run and a study's evaluation points
+  ("eval"): every rule on what a run evaluates, checked before anything compiles.
+
+  Run after `validate` (the fields one by one). It chooses the suites (eval.suites.for_run: the
+  run's kind of data decides), applies every eval-time extension of `eval.extension` to the
+  config (each must fit the scheme; train.py checks them and leaves them to eval.run), builds
+  each resulting model's spec when a mesh is given, and runs every suite's `check` on every
+  resulting config (lengths against the scheme, the retrieval prompts against the lengths, the
+  needle's haystack when `docs` is given).
+
+  Args:
+    config: the experiment config.
+    purpose: "train" | "eval".
+    mesh: the device mesh, or None (sweeps.launch: no spec is built).
+    docs: the corpus splits (data.inputs.load_splits), or None where not loaded.
+    tokenizer: the run's tokenizer, or None (then the configured one is loaded).
+    explicit_lengths: the eval lengths were asked for explicitly (eval.run's
+      --length_multipliers): each must be representable, instead of being skipped.
+
+  Raises:
+    ConfigError: the first rule broken, naming the field and the allowed values.
+  """
+  suites, warnings = suites_registry.for_run(config, purpose)
+  names = eval_extensions(config)
+  window = config.eval.get("window", -1)
+  applied = []
+  for ext in names:
+    cfg = extensions.apply_extension(config, ext, config.eval.factor, window)
+    cfg.eval.extension = ext  # the results record the one extension they were computed with
+    applied.append((ext, cfg))
+  if purpose == "train":
+    if names != ["none"]:
+      warnings.append(f"not applied: eval.extension={config.eval.extension!r}: train.py "
+                      "evaluates the model as trained; run eval-time extensions with python -m "
+                      f"eval.run --workdir=... --config.eval.extension={config.eval.extension}")
+    applied = [("none", config)]
+  tokenizer = tokenizer if tokenizer is not None else get_tokenizer(config.data.tokenizer)
+  evaluations = []
+  for ext, cfg in applied:
+    spec = model_spec(cfg, mesh) if mesh is not None else None
+    for suite in suites:
+      for warning in suite.check(cfg, spec=spec, docs=docs, tokenizer=tokenizer,
+                                 explicit_lengths=explicit_lengths):
+        if warning not in warnings:
+          warnings.append(warning)
+    evaluations.append(Evaluation(ext, cfg, spec))
+  return Plan(suites, evaluations, warnings, eval_lengths(config))

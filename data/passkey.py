@@ -50,8 +50,9 @@ from typing import Sequence
 
 import numpy as np
 
+from configs.errors import ConfigError
 from data.corpora import Document
-from data.tokenizers import ByteTokenizer
+from data.tokenizers import ByteTokenizer, get_tokenizer
 
 PASSKEY_PREAMBLE = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
                     "memorize them. I will quiz you about the important information there.")
@@ -563,3 +564,84 @@ def training_documents(train_docs: Sequence[Document], data_config,
       train_docs, tokenizer, train_len=data_config.train_len, fraction=p.fraction, seed=p.seed,
       preamble=p.preamble, key_digits=p.key_digits)
 
+
+# ---------------------------------------------------------------------------- field checks
+
+
+def _integer(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_retrieval(config) -> None:
+  """Checks the passkey / needle retrieval fields: data.passkey, eval.passkey, eval.needle.
+
+  Sections absent from an older config are skipped (runs.workdir.load_run_config fills them
+  from configs/base.py anyway).
+
+  Raises:
+    ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
+      outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
+      key_digits / value_digits outside 1..18; depths not a non-empty list of numbers in [0, 1];
+      trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
+      space and the character after the number); or, with data.passkey.fraction > 0, a passkey
+      training document that cannot fit in data.train_len tokens, or an algorithmic task.
+  """
+  p = config.data.get("passkey")
+  if p is not None:
+    if isinstance(p.fraction, bool) or not isinstance(p.fraction, (int, float)) or not 0 <= p.fraction < 1:
+      raise ConfigError(f"data.passkey.fraction must lie in [0, 1) (share of training windows; "
+                        f"0 = none); got {p.fraction!r}")
+    _retrieval_common(p, "data.passkey", digits_field="key_digits", max_digits=MAX_DIGITS)
+    task = config.data.get("task")
+    if p.fraction > 0 and task is not None and task.get("name"):
+      raise ConfigError(f"data.passkey.fraction={p.fraction} mixes passkey documents into text "
+                        f"training; it must be 0 with an algorithmic task "
+                        f"(data.task.name={task.name!r})")
+    if p.fraction > 0:
+      need = min_document_len(get_tokenizer(config.data.tokenizer), preamble=p.preamble,
+                              key_digits=p.key_digits)
+      if need > config.data.train_len:
+        raise ConfigError(
+            f"data.passkey.fraction > 0 needs data.train_len >= {need} tokens for a passkey "
+            f"document with data.passkey.preamble={p.preamble} and key_digits={p.key_digits}; "
+            f"got data.train_len={config.data.train_len} (set data.passkey.preamble=False, "
+            "or fraction=0)")
+  for suite in ("passkey", "needle"):
+    e = config.eval.get(suite)
+    if e is None:
+      continue
+    prefix = f"eval.{suite}"
+    if suite == "needle":
+      _retrieval_common(e, prefix, digits_field="value_digits", max_digits=MAX_DIGITS)
+      digits, digits_name = e.value_digits, "eval.needle.value_digits"
+    else:
+      digits, digits_name = (p.key_digits if p is not None else 5), "data.passkey.key_digits"
+    depths = e.depths
+    if (not isinstance(depths, (tuple, list)) or not depths
+        or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1
+               for d in depths)):
+      raise ConfigError(f"{prefix}.depths must be a non-empty list of numbers in [0, 1] (share of "
+                        f"the filler before the needle); got {depths!r}")
+    if not _integer(e.trials) or e.trials < 1:
+      raise ConfigError(f"{prefix}.trials must be a positive integer; got {e.trials!r}")
+    if not _integer(e.seed) or e.seed < 0:
+      raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {e.seed!r}")
+    if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float)) or not 0 < e.threshold <= 1:
+      raise ConfigError(f"{prefix}.threshold must lie in (0, 1] (accuracy a length needs); "
+                        f"got {e.threshold!r}")
+    if not _integer(e.max_new_tokens) or e.max_new_tokens < digits + 2:
+      raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {digits + 2} "
+                        f"({digits_name} + 2: a leading space, the digits and the character "
+                        f"after them); got {e.max_new_tokens!r}")
+
+
+def _retrieval_common(section, prefix: str, *, digits_field: str, max_digits: int) -> None:
+  """Checks the seed, preamble and digit count of a passkey / needle section."""
+  if not _integer(section.seed) or section.seed < 0:
+    raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {section.seed!r}")
+  if not isinstance(section.preamble, bool):
+    raise ConfigError(f"{prefix}.preamble must be True or False; got {section.preamble!r}")
+  digits = section[digits_field]
+  if not _integer(digits) or not 1 <= digits <= max_digits:
+    raise ConfigError(f"{prefix}.{digits_field} must be an integer in [1, {max_digits}]; "
+                      f"got {digits!r}")

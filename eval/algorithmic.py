@@ -33,7 +33,6 @@ training maximum marked), both written atomically.
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import jax
@@ -42,14 +41,11 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from configs.validate import ConfigError
 from data import tasks
 from data.tasks import dataset
-from data.tokenizers import ByteTokenizer, get_tokenizer
+from data.tokenizers import ByteTokenizer
 from eval import plots
-from eval.files import write_json
 from eval.perplexity import batch_parallelism
-from models import extensions
 from models.sharding import batch_sharding, replicated
 
 
@@ -251,65 +247,5 @@ def plot(result: dict, path: str) -> None:
   plots.save_png(fig, path)
 
 
-def run_suite(config, workdir: str, spec, mesh, params, step: int, suffix: str = "") -> dict:
-  """The "algorithmic" suite: accuracy per size 1..eval_max_size of `data.task`, written to
-  `<workdir>/eval/algorithmic<suffix>.{json,png}` (module docstring).
-
-  Args:
-    config: the run's experiment ConfigDict (configs/base.py) with `data.task.name` set.
-    workdir: the run's workdir.
-    spec: train.ModelSpec (graphdef; max_position for skipped sizes).
-    mesh: device mesh.
-    params: parameter pure dict with the spec's shardings.
-    step: the checkpoint's training step.
-    suffix: appended to the file names when `config` carries an eval-time extension
-      (models/extensions.py), e.g. "_yarn_x4" as eval/run.py names them; "" = as trained.
-
-  Returns:
-    The result dict as written to the JSON: suite, task, scheme, step, the extension header
-    (extensions.extension_header; config.eval.extension when `suffix` is set, else "none"),
-    config_hash, format,
-    size_unit, train_min_size, train_max_size, eval_max_size, examples_per_size, eval_seed,
-    summary (`summarize`) and rows (`evaluate_sizes`).
-
-  Raises:
-    ConfigError: data.task.name is "" or any data.task field is invalid, before compilation.
-  """
-  from train import config_hash  # train imports this module; import it only when called
-
-  t = config.data.task
-  if not t.name:
-    raise ConfigError(f"the {SUITE!r} suite needs data.task.name, one of {sorted(tasks.REGISTRY)}; "
-                      "the run trained on text (data.task.name='')")
-  tasks.check_config(t, config.data.train_len)
-  task = tasks.get_task(t.name)
-  tokenizer = get_tokenizer(config.data.tokenizer)
-  kind = config.model.position.kind
-  reason = (f"model.position.kind={kind!r} represents positions < {spec.max_position} only "
-            f"({spec.max_position_hint})")
-  rows = evaluate_sizes(
-      make_score_fn(spec.graphdef, mesh), params, task, range(1, t.eval_max_size + 1),
-      examples_per_size=t.eval_examples_per_size, seed=t.eval_seed, tokenizer=tokenizer,
-      batch_tokens=config.eval.batch_tokens, mesh=mesh, max_position=spec.max_position,
-      skip_reason=reason, train_sizes=(t.train_min_size, t.train_max_size))
-  example = task.example(3, np.random.default_rng(0))
-  result = {
-      "suite": SUITE, "task": t.name, "scheme": kind, "step": int(step),
-      **extensions.extension_header(config, None if suffix else "none"),
-      "config_hash": config_hash(config), "size_unit": task.size_unit,
-      "format": (f"BOS prompt answer EOS, bytes; e.g. size 3: {example.prompt.decode()!r} -> "
-                 f"{example.answer.decode()!r}; answer targets are the answer bytes and EOS"),
-      "scoring": "exact match = every answer target (answer bytes and EOS) is the argmax under "
-                 "teacher forcing, which equals greedy decoding; token accuracy is token-weighted",
-      "train_min_size": int(t.train_min_size), "train_max_size": int(t.train_max_size),
-      "eval_max_size": int(t.eval_max_size), "examples_per_size": int(t.eval_examples_per_size),
-      "eval_seed": int(t.eval_seed), "summary": summarize(rows, t.train_max_size), "rows": rows}
-  if jax.process_index() == 0:
-    out = os.path.join(workdir, "eval")
-    write_json(os.path.join(out, f"{SUITE}{suffix}.json"), result)
-    plot(result, os.path.join(out, f"{SUITE}{suffix}.png"))
-  return result
-
-
 __all__ = ["BUCKET", "SUITE", "accuracy", "answer_scores", "evaluate_sizes", "make_score_fn",
-           "plot", "run_suite", "score_rows", "summarize"]
+           "plot", "score_rows", "summarize"]

@@ -31,12 +31,19 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from configs.validate import ConfigError, eval_lengths
+import ml_collections
+import pandas as pd
+
+from configs.errors import ConfigError, eval_lengths
+from data.inputs import load_splits
 from data.pipeline import document_windows
-from data.tokenizers import ByteTokenizer
-from eval import plots
-from eval.files import write_json
+from data.tokenizers import ByteTokenizer, get_tokenizer
+from eval import perplexity
+from models import sharding
 from models.sharding import replicated
+from models.spec import model_spec
+from runs.checkpoint import restore_params
+from runs.workdir import load_run_config
 
 # Probabilities held per forward pass: [windows, heads, L, L] float32 of one layer at a time.
 MAX_PROBS_PER_CALL = 1 << 24
@@ -176,55 +183,6 @@ def attention_by_length(stats_fn: Callable, params, docs: Sequence, tokenizer: B
   return rows
 
 
-def run_suite(config, workdir: str, spec, mesh, params, step: int, docs, tokenizer,
-              suffix: str = "") -> dict:
-  """Runs the attention suite and writes `<workdir>/eval/attention<suffix>.{json,png}`.
-
-  Args:
-    config: the run's config (after any eval-time extension was applied to it); lengths are
-      `eval.length_multipliers` x train_len, `eval.attention.windows` documents per length from
-      split `eval.split`.
-    workdir: the run's directory.
-    spec: train.ModelSpec; mesh: the device mesh (lengths the scheme cannot represent are
-      recorded as skipped, as perplexity records them).
-    params: the model's parameter pure dict; step: the checkpoint's step (recorded).
-    docs: the corpus splits {"train", "validation", "test"}; tokenizer: the byte tokenizer.
-    suffix: appended to the file names (the eval-time extension's, as eval.run names files).
-
-  Returns:
-    The result dict as written: suite "attention", scheme, step, extension fields, train_len,
-    split, windows, unit and rows (`attention_by_length`, each with its multiplier).
-
-  Raises:
-    ConfigError: a bad eval.attention.windows, before compilation.
-  """
-  from models import extensions  # here: train imports this module
-  from train import config_hash, skipped_lengths
-  windows = check_settings(config)
-  skip, reason = skipped_lengths(config, spec)
-  split_docs = docs[config.eval.split]
-  stats_fn = make_stats_fn(spec.graphdef, mesh)
-  rows = attention_by_length(stats_fn, params, split_docs, tokenizer, eval_lengths(config),
-                             windows=windows, num_heads=config.model.num_heads,
-                             skip={L: reason for L in skip})
-  for row in rows:
-    row["multiplier"] = row["length"] / config.data.train_len
-  e = config.eval
-  result = {
-      "suite": "attention", "scheme": config.model.position.kind, "step": int(step),
-      "config_hash": config_hash(config), **extensions.extension_header(config),
-      "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
-      "windows": windows, "num_layers": config.model.num_layers,
-      "num_heads": config.model.num_heads,
-      "unit": "entropy in nats; sink mass = attention probability on the window's BOS",
-      "windows_start": "document_start", "rows": rows}
-  if jax.process_index() == 0:
-    out = os.path.join(workdir, "eval")
-    write_json(os.path.join(out, f"attention{suffix}.json"), result)
-    plots.plot_attention_statistics(result, os.path.join(out, f"attention{suffix}.png"))
-  return result
-
-
 def attention_maps(graphdef: nnx.GraphDef, params, window: dict[str, np.ndarray]) -> np.ndarray:
   """Every layer's attention probabilities on one window, for plotting.
 
@@ -256,17 +214,13 @@ def load_checkpoint(workdir: str, step: int | None = None):
     step: checkpoint step; None = the latest.
 
   Raises:
-    ConfigError: no config.json or no checkpoint (train.load_run_config / restore_params).
+    ConfigError: no config.json or no checkpoint (runs.workdir.load_run_config / runs.checkpoint.restore_params).
   """
-  import ml_collections
-
-  import train  # here: train imports this module
-  from models import sharding
-  config = train.load_run_config(workdir)
+  config = load_run_config(workdir)
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
   mesh = sharding.make_mesh(config.mesh, jax.devices())
-  spec = train.model_spec(config, mesh)
-  params, step = train.restore_params(workdir, config, spec, step)
+  spec = model_spec(config, mesh)
+  params, step = restore_params(workdir, config, spec, step)
   return config, spec, mesh, params, step
 
 
@@ -277,9 +231,7 @@ def window_for(config, length: int, document: int = 0) -> dict[str, np.ndarray]:
   Raises:
     ConfigError: no such document.
   """
-  import train  # here: train imports this module
-  from data.tokenizers import get_tokenizer
-  docs = train.load_splits(config)[config.eval.split]
+  docs = load_splits(config)[config.eval.split]
   w = document_windows(docs, get_tokenizer(config.data.tokenizer), length,
                        max_tokens_per_doc=length)
   if len(w["inputs"]) <= document:
@@ -290,14 +242,14 @@ def window_for(config, length: int, document: int = 0) -> dict[str, np.ndarray]:
 
 __all__ = ["attention_by_length", "attention_entropy", "attention_maps", "check_settings",
            "checkpoint_table", "length_statistics", "load_checkpoint", "make_stats_fn",
-           "run_suite", "sink_mass", "uniform_entropy", "window_for"]
+           "sink_mass", "uniform_entropy", "window_for"]
 
 
 def checkpoint_table(workdirs: Sequence[str], length_multipliers: Sequence[float] = (
     0.5, 1.0, 2.0, 4.0, 8.0), windows: int = 4, step: int | None = None):
   """Attention entropy and sink mass vs length of several checkpoints, as rows of a study's
   results table (sweeps/collect.py, suite "attention"), for side-by-side plots
-  (eval.plots.fig_attention_vs_length) without running the suite into the workdirs.
+  (sweeps.figures.fig_attention_vs_length) without running the suite into the workdirs.
 
   Args:
     workdirs: training run folders (config.json and a checkpoint each).
@@ -313,18 +265,14 @@ def checkpoint_table(workdirs: Sequence[str], length_multipliers: Sequence[float
   Raises:
     ConfigError: a folder without config.json or checkpoint, or windows < 1.
   """
-  import pandas as pd
-
-  import train
-  from data.tokenizers import get_tokenizer
   if windows < 1:
     raise ConfigError(f"windows must be >= 1 (documents per length); got {windows}")
   records = []
   for workdir in workdirs:
     config, spec, mesh, params, got_step = load_checkpoint(workdir, step)
     config.eval.length_multipliers = tuple(float(m) for m in length_multipliers)
-    skip, reason = train.skipped_lengths(config, spec)
-    docs = train.load_splits(config)[config.eval.split]
+    skip, reason = perplexity.skipped_lengths(config, spec)
+    docs = load_splits(config)[config.eval.split]
     rows = attention_by_length(make_stats_fn(spec.graphdef, mesh), params, docs,
                                get_tokenizer(config.data.tokenizer), eval_lengths(config),
                                windows=windows, num_heads=config.model.num_heads,

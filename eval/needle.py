@@ -39,7 +39,6 @@ as used by PI (arXiv 2306.15595, Figure 3); needle: RULER single needle (Hsieh e
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Callable, Mapping, Sequence
 
@@ -47,13 +46,11 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from configs.validate import ConfigError, check_retrieval, eval_lengths
+from configs.errors import ConfigError, eval_lengths
 from data import passkey as prompts_lib
+from data.passkey import check_retrieval
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
-from eval import plots
-from eval.files import write_json
-from eval.perplexity import batch_parallelism
 
 SUITES = ("passkey", "needle")
 SCORING = ("exact match: the greedy continuation, cut at its first special token (BOS/EOS/PAD), "
@@ -332,7 +329,7 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
   }
 
 
-def _prompt_format(suite: str, config, builder) -> dict:
+def prompt_format(suite: str, config, builder) -> dict:
   """The prompt's format fields and template strings (recorded in the result)."""
   if suite == "passkey":
     p = config.data.passkey
@@ -349,89 +346,6 @@ def _prompt_format(suite: str, config, builder) -> dict:
           "haystack_tokens": int(len(builder.haystack.tokens))}
 
 
-def run_suite(suite: str, config, workdir: str, spec, mesh, params, step: int, docs, tokenizer,
-              suffix: str | None = None) -> dict:
-  """Runs the `suite` grid on a model and writes `<workdir>/eval/<suite><suffix>.{json,png}`.
-
-  Args:
-    suite: "passkey" | "needle".
-    config: the run's config (after any eval-time extension was applied to it).
-    workdir: the run's directory.
-    spec: train.ModelSpec (graphdef, max_position, max_position_hint).
-    mesh: device mesh.
-    params: the model's parameter pure dict (shardings of spec).
-    step: the checkpoint's step (recorded).
-    docs: the corpus splits {"train", "validation", "test"} (the needle's haystack is
-      docs[eval.split]), or the held-out documents themselves as a list.
-    tokenizer: the byte tokenizer.
-    suffix: appended to the file names; None = "" without an eval-time extension, else
-      "_<eval.extension>_x<eval.factor>" (as eval.run names ppl_vs_length files).
-
-  Returns:
-    The result dict, as written to the JSON (see `evaluate_grid`; plus scheme, step,
-    config_hash, extension, prompt format, split and documents).
-
-  Raises:
-    ConfigError: a bad retrieval field, a needle suite without held-out text, or no length long
-      enough for the prompt; all before compilation.
-  """
-  from models.decoding import make_generate_fn  # here: prompts and scoring need no model code
-  from train import config_hash  # here: train imports the eval modules
-  s = settings(config, suite)
-  builder = check_suite(config, suite, docs, tokenizer)
-  lengths = eval_lengths(config)
-  if suite == "passkey":
-    note = (f"data.passkey.preamble={config.data.passkey.preamble}, "
-            f"key_digits={config.data.passkey.key_digits}")
-  else:
-    note = f"eval.needle.preamble={s.preamble}, value_digits={s.value_digits}"
-  skip = skip_reasons(lengths, min_length=builder.min_length, max_new_tokens=s.max_new_tokens,
-                      max_position=spec.max_position, kind=config.model.position.kind,
-                      hint=spec.max_position_hint, format_note=note)
-  if skip:
-    print(f"{suite}: skipping lengths {sorted(skip)}: " + "; ".join(sorted(set(skip.values()))))
-
-  def generate_for_length(length: int):
-    fn = make_generate_fn(spec.graphdef, mesh, prompt_len=length, max_new_tokens=s.max_new_tokens)
-    return lambda prompts: jax.device_get(fn(params, prompts))
-
-  result = evaluate_grid(suite, config, builder, tokenizer, generate_for_length, skip=skip,
-                         parallelism=batch_parallelism(mesh))
-  from models.extensions import (  # here: prompts and scoring need no model code
-      extension_header, extension_suffix)
-  header = extension_header(config)
-  if suffix is None:
-    suffix = extension_suffix(header["extension"], header["extension_factor"],
-                              header["extension_window"])
-  result.update({
-      "scheme": config.model.position.kind, "step": int(step),
-      "config_hash": config_hash(config), **header,
-      "prompt": _prompt_format(suite, config, builder)})
-  if suite == "needle":
-    held_out = docs.get(config.eval.split, ()) if isinstance(docs, Mapping) else docs
-    result.update({"split": config.eval.split, "documents": len(held_out)})
-  if jax.process_index() == 0:
-    out = os.path.join(workdir, "eval")
-    write_json(os.path.join(out, f"{suite}{suffix}.json"), result)
-    plots.plot_retrieval_heatmap(result, os.path.join(out, f"{suite}{suffix}.png"))
-  return result
-
-
-def run_passkey(config, workdir: str, spec, mesh, params, step: int, docs, tokenizer,
-                suffix: str | None = None) -> dict:
-  """The passkey grid (Mohtashami & Jaggi, arXiv 2305.16300; PI, arXiv 2306.15595): writes
-  `<workdir>/eval/passkey.{json,png}`. See `run_suite` for the arguments, result and errors."""
-  return run_suite("passkey", config, workdir, spec, mesh, params, step, docs, tokenizer, suffix)
-
-
-def run_needle(config, workdir: str, spec, mesh, params, step: int, docs, tokenizer,
-               suffix: str | None = None) -> dict:
-  """The needle grid (RULER single needle, arXiv 2404.06654) in held-out text of eval.split:
-  writes `<workdir>/eval/needle.{json,png}`. See `run_suite` for the arguments, result and
-  errors."""
-  return run_suite("needle", config, workdir, spec, mesh, params, step, docs, tokenizer, suffix)
-
-
 __all__ = ["SUITES", "continuation_text", "evaluate_grid", "first_digit_run", "generate_batched",
-           "grid_prompts", "is_correct", "max_length_passing", "prompt_builder", "run_needle",
-           "run_passkey", "run_suite", "skip_reasons"]
+           "grid_prompts", "is_correct", "max_length_passing", "prompt_builder", "prompt_format",
+           "skip_reasons"]

@@ -47,7 +47,7 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
-from configs.validate import ConfigError
+from configs.errors import ConfigError, eval_lengths
 from data.corpora import Document
 from data.pipeline import document_windows, sliding_document_windows
 from data.tokenizers import ByteTokenizer
@@ -206,6 +206,20 @@ def check_lengths(lengths: Sequence[int], max_position: int | None, kind: str,
 def unrepresentable(lengths: Sequence[int], max_position: int | None) -> list[int]:
   """The lengths (tokens) above `max_position`, which the scheme cannot evaluate."""
   return [] if max_position is None else [L for L in lengths if L > max_position]
+
+
+def skipped_lengths(config, spec) -> tuple[list[int], str]:
+  """Configured eval lengths the scheme cannot represent (e.g. `learned` beyond its table),
+  and the reason recorded for them in the results.
+
+  Args:
+    config: the experiment config (eval.length_multipliers, data.train_len, model.position.kind).
+    spec: its models.spec.ModelSpec (max_position, max_position_hint).
+  """
+  skip = unrepresentable(eval_lengths(config), spec.max_position)
+  reason = (f"model.position.kind={config.model.position.kind!r} represents positions < "
+            f"{spec.max_position} only ({spec.max_position_hint})")
+  return skip, reason
 
 
 def resolve_stride(length: int, protocol: str, stride: int) -> int:
@@ -396,3 +410,23 @@ def unigram_entropy(docs: Sequence[Document]) -> float:
 __all__ = ["PROTOCOLS", "WindowScores", "check_lengths", "evaluation_windows", "loss_by_position",
            "make_nll_fn", "position_bin_edges", "ppl_vs_length", "resolve_stride", "score_windows",
            "score_windows_by_position", "token_nll", "unigram_entropy"]
+
+
+def score_validation(nll_fn: Callable, params, validation: dict[str, dict[str, np.ndarray]], *,
+                     batch_size: int, mesh) -> dict[str, float]:
+  """Mean NLL of every named validation set (data.inputs.Inputs.validation), nats per weighted
+  target, and `val_bits_per_byte` (val_loss / ln 2; bits per token under SentencePiece).
+
+  Args:
+    nll_fn: `make_nll_fn`'s function; params: the parameter pure dict.
+    validation: {name: windows, int32 [n, train_len] inputs, targets, positions, segment_ids
+      (+ float32 weights)}.
+    batch_size: windows per forward batch; mesh: the device mesh.
+  """
+  record = {}
+  for name, windows in validation.items():
+    total, count = score_windows(nll_fn, params, windows, batch_size=batch_size, mesh=mesh)
+    record[name] = total / count
+    if name == "val_loss":
+      record["val_bits_per_byte"] = total / count / math.log(2)
+  return record

@@ -1,13 +1,14 @@
 """Evaluates a trained run's checkpoint: `python -m eval.run --workdir=<dir>`.
 
 Reads `<workdir>/config.json`, restores the parameters of the latest (or `--step`) checkpoint and
-runs the suites of `eval.suites` for each eval-time extension of `eval.extension`, e.g.
+runs the suites of `eval.suites` (eval/suites/) for each eval-time extension of `eval.extension`,
+e.g.
 
   python -m eval.run --workdir=<run> --config.eval.suites=ppl_vs_length,loss_by_position,passkey \
       --config.eval.extension=none,yarn,ntk --config.eval.factor=4
 
-writing `<workdir>/eval/<suite><extensions.extension_suffix>.{json,png}`; ppl_vs_length.png gets one
-curve per extension. Lengths default to the run's `eval.length_multipliers`;
+writing `<workdir>/eval/<suite><extensions.extension_suffix>.{json,png}`; ppl_vs_length.png gets
+one curve per extension. Lengths default to the run's `eval.length_multipliers`;
 `--length_multipliers=0.5,1,2,16` overrides them. Any eval.* field of the run's config can be
 overridden, e.g. `--config.eval.protocol=sliding --config.eval.stride=64` (the model's fields
 must stay those of the checkpoint).
@@ -26,12 +27,19 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from configs import base
-from configs.validate import (OVERRIDE_ERRORS, ConfigError, eval_extensions, eval_lengths,
-                              eval_suites, exit_bad_override, mesh_shape, parse_flags)
+from configs.errors import (OVERRIDE_ERRORS, ConfigError, exit_bad_override, mesh_shape,
+                            parse_flags)
+from configs.validate import eval_extensions, preflight, validate
+from data.inputs import load_splits, token_unit
 from data.tokenizers import get_tokenizer
-from eval import algorithmic, attention_stats, needle, perplexity, plots
+from eval import perplexity, plots
+from eval.suites import Context
 from models import extensions, sharding
-import train
+from runs import distributed
+from runs.checkpoint import restore_params
+from runs.distributed import chief_print
+from runs.metrics import validation_loss_at
+from runs.workdir import load_run_config
 
 FLAGS = flags.FLAGS
 
@@ -49,7 +57,7 @@ def define_flags(argv: list[str]) -> None:
     elif a == "--workdir" and i + 1 < len(argv):
       workdir = argv[i + 1]
   try:
-    run_config = train.load_run_config(workdir) if workdir else base.get_config()
+    run_config = load_run_config(workdir) if workdir else base.get_config()
   except ConfigError:
     run_config = base.get_config()  # main() reports the bad workdir
   config_flags.DEFINE_config_dict("config", run_config, "The run's config (override fields with "
@@ -59,8 +67,8 @@ def define_flags(argv: list[str]) -> None:
   flags.DEFINE_list("length_multipliers", None, "Eval lengths as multiples of train_len "
                     "(default: the run's eval.length_multipliers).")
   flags.DEFINE_enum("split", None, ["validation", "test"], "Held-out split (default: the run's).")
-  train.define_distributed_flags()  # a pod or SLURM launch runs eval.run on every host
-  flags.adopt_module_key_flags(train)  # so that --helpshort lists them
+  distributed.define_distributed_flags()  # a pod or SLURM launch runs eval.run on every host
+  flags.adopt_module_key_flags(distributed)  # so that --helpshort lists them
 
 
 # Fields that must agree for ppl_vs_length curves to share a figure (same text scored the same way).
@@ -84,56 +92,17 @@ def _same_step_curves(out_dir: str, like: dict) -> list[dict]:
                                        r.get("extension", ""), r.get("extension_factor", 1)))
 
 
-def _training_extras(workdir: str, step: int) -> dict:
-  """`final_validation_loss`: the validation loss train.py logged at `step` in metrics.jsonl
-  (nats per token), so ppl_vs_length.json carries it whoever writes the file; {} if none."""
-  found = {}
-  try:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-      for line in f:
-        try:
-          record = json.loads(line)
-        except ValueError:
-          continue  # a line cut by a kill
-        if record.get("step") == step and "val_loss" in record:
-          found = {"final_validation_loss": record["val_loss"]}
-  except OSError:
-    pass
-  return found
-
-
-def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
-             split: str | None = None, config: ml_collections.ConfigDict | None = None
-             ) -> dict[str, dict]:
-  """Runs the configured suites on a checkpoint of `workdir`, for each configured extension.
-
-  Suites are `eval.suites` (ppl_vs_length and loss_by_position come from one pass; passkey and
-  needle from eval/needle.py; attention from eval/attention_stats.py; algorithmic from
-  eval/algorithmic.py), extensions are
-  `eval.extension` (comma-separated; "none" is the model as trained). Each (suite, extension)
-  writes `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
-  `_<extension>[_x<eval.factor>]` (`extensions.extension_suffix`; perplexity files then add `_sliding[_s<stride>]` under the sliding
-  protocol, so both protocols' results are kept). `ppl_vs_length.png` is then redrawn with one curve per
-  ppl_vs_length result of this step, split and protocol in `<workdir>/eval/` (the extensions
-  as extra curves).
-
-  Args:
-    workdir: training run directory.
-    step: checkpoint step (None = latest).
-    length_multipliers: eval lengths as multiples of train_len (None = the run's); lengths given
-      here must be representable by the scheme.
-    split: "validation" | "test" (None = the run's `eval.split`).
-    config: the run's config with eval.* overrides (None = `train.load_run_config(workdir)`).
+def eval_config(workdir: str, config=None, length_multipliers=None, split=None):
+  """The run's config with the eval.* overrides, checked to keep the checkpoint's model.
 
   Returns:
-    {"<suite><suffix>": result dict} for every result written.
+    (config, run_config, {extension: changed eval-time parameters}).
 
   Raises:
-    ConfigError: no config/checkpoint, a checkpoint that does not match the model, an unknown
-      suite or extension, an extension that does not fit the scheme, lengths the scheme cannot
-      represent, or bad multipliers; all before compilation.
+    ConfigError: a model field or train_len changed, a bad eval-time parameter override, or
+      multipliers that are not numbers.
   """
-  run_config = train.load_run_config(workdir)
+  run_config = load_run_config(workdir)
   config = run_config if config is None else ml_collections.ConfigDict(config.to_dict())
   position, run_position = config.model.position, run_config.model.position
   other_model = {k: v for k, v in config.model.items() if k != "position"}
@@ -143,8 +112,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
                       "checkpoint's model); override eval.* fields (eval.extension for eval-time "
                       "extensions) and the eval-time parameters in "
                       "models/extensions.py EXTENSION_PARAMS")
-  changed_params = extensions.check_param_overrides(run_position, position,
-                                                    eval_extensions(config))
+  changed = extensions.check_param_overrides(run_position, position, eval_extensions(config))
   if length_multipliers is not None:
     try:
       config.eval.length_multipliers = tuple(float(x) for x in length_multipliers)
@@ -152,70 +120,67 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
       raise ConfigError(f"--length_multipliers must be numbers; got {length_multipliers}") from e
   if split is not None:
     config.eval.split = split
+  return config, changed
+
+
+def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
+             split: str | None = None, config: ml_collections.ConfigDict | None = None
+             ) -> dict[str, dict]:
+  """Runs the configured suites on a checkpoint of `workdir`, for each configured extension.
+
+  Suites are `eval.suites` (the registry in eval/suites/), extensions `eval.extension`
+  (comma-separated; "none" is the model as trained). Each (suite, extension) writes
+  `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
+  `_<extension>[_x<eval.factor>]` (`extensions.extension_suffix`; perplexity files then add
+  `_sliding[_s<stride>]` under the sliding protocol, so both protocols' results are kept).
+  `ppl_vs_length.png` is then redrawn with one curve per ppl_vs_length result of this step,
+  split and protocol in `<workdir>/eval/` (the extensions as extra curves).
+
+  Args:
+    workdir: training run directory.
+    step: checkpoint step (None = latest).
+    length_multipliers: eval lengths as multiples of train_len (None = the run's); lengths given
+      here must be representable by the scheme.
+    split: "validation" | "test" (None = the run's `eval.split`).
+    config: the run's config with eval.* overrides (None = the run's config.json).
+
+  Returns:
+    {"<suite><suffix>": result dict} for every result written.
+
+  Raises:
+    ConfigError: no config/checkpoint, a checkpoint that does not match the model, an unknown
+      suite or extension, an extension that does not fit the scheme, lengths the scheme cannot
+      represent, or bad multipliers; all before compilation.
+  """
+  config, changed = eval_config(workdir, config, length_multipliers, split)
   devices = jax.devices()
   try:
     mesh_shape(config.mesh, len(devices))
   except ConfigError:
-    train.chief_print(f"the run's mesh does not fit {len(devices)} devices; evaluating "
-                      "data-parallel")
+    chief_print(f"the run's mesh does not fit {len(devices)} devices; evaluating data-parallel")
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
-  train.validate(config, len(devices))
-  suites = eval_suites(config)
-  task = config.data.task.name  # "" = trained on text
-  if task and set(suites) - {"algorithmic"}:
-    raise ConfigError(f"this run trained on the task {task!r}: eval.suites may only be "
-                      f"'algorithmic'; got {config.eval.suites!r}")
-  if "algorithmic" in suites and not task:
-    raise ConfigError("eval.suites='algorithmic' needs a run trained on a task "
-                      "(data.task.name); this run trained on text")
+  validate(config, len(devices))
   mesh = sharding.make_mesh(config.mesh, devices)
-  # Every extension's config and model structure first, so all errors come before compiling.
-  runs = []
-  for extension in eval_extensions(config):
-    ext_config = extensions.apply_extension(config, extension, config.eval.factor,
-                                            config.eval.get("window", -1))
-    ext_config.eval.extension = extension
-    spec = train.model_spec(ext_config, mesh)
-    if {"ppl_vs_length", "loss_by_position"} & set(suites):
-      # Lengths the user asked for explicitly must be representable; the run's own list may
-      # include lengths the scheme cannot represent, which are then recorded as skipped.
-      perplexity.check_lengths(eval_lengths(ext_config),
-                               spec.max_position if length_multipliers is not None else None,
-                               ext_config.model.position.kind, spec.max_position_hint)
-    suffix = extensions.extension_suffix(extension, config.eval.factor,
-                                         config.eval.get("window", -1),
-                                         changed_params.get(extension))
-    runs.append((ext_config, spec, suffix))
-  docs = {} if task else train.load_splits(config)
   tokenizer = get_tokenizer(config.data.tokenizer)
-  for suite in ("passkey", "needle"):
-    if suite in suites:
-      needle.check_suite(config, suite, docs, tokenizer)
-  if "attention" in suites:
-    attention_stats.check_settings(config)
-  params, step = train.restore_params(workdir, runs[0][0], runs[0][1], step)
-  out_dir = os.path.join(workdir, "eval")
+  docs = load_splits(config)
+  plan = preflight(config, purpose="eval", mesh=mesh, docs=docs, tokenizer=tokenizer,
+                   explicit_lengths=length_multipliers is not None)
+  first = plan.evaluations[0]
+  params, step = restore_params(workdir, first.config, first.spec, step)
   results = {}
-  for ext_config, spec, suffix in runs:
-    args = (ext_config, workdir, spec, mesh, params, step)
-    if {"ppl_vs_length", "loss_by_position"} & set(suites):
-      name = f"ppl_vs_length{suffix}" + perplexity.protocol_suffix(ext_config.eval.protocol,
-                                                                   ext_config.eval.stride)
-      extra = _training_extras(workdir, step)
-      results[name] = train.evaluate_ppl(*args, docs, tokenizer, extra=extra, suffix=suffix)
-    if "passkey" in suites:
-      results[f"passkey{suffix}"] = needle.run_passkey(*args, docs, tokenizer, suffix)
-    if "needle" in suites:
-      results[f"needle{suffix}"] = needle.run_needle(*args, docs, tokenizer, suffix)
-    if "attention" in suites:
-      results[f"attention{suffix}"] = attention_stats.run_suite(*args, docs, tokenizer, suffix)
-    if "algorithmic" in suites:
-      results[f"algorithmic{suffix}"] = algorithmic.run_suite(*args, suffix=suffix)
-  if any(k.startswith("ppl_vs_length") for k in results) and jax.process_index() == 0:
-    first = next(v for k, v in results.items() if k.startswith("ppl_vs_length"))
-    curves = _same_step_curves(out_dir, first)
+  for ev in plan.evaluations:
+    suffix = extensions.extension_suffix(ev.extension, config.eval.factor,
+                                         config.eval.get("window", -1), changed.get(ev.extension))
+    ctx = Context(ev.config, workdir, ev.spec, mesh, params, step, docs, tokenizer, suffix,
+                  extra=validation_loss_at(workdir, step))
+    for suite in plan.suites:
+      results.update(suite.run(ctx))
+  ppl = [v for v in results.values() if v["suite"] == "ppl_vs_length"]
+  if ppl and jax.process_index() == 0:
+    out_dir = os.path.join(workdir, "eval")
+    curves = _same_step_curves(out_dir, ppl[0])
     if len(curves) > 1:
-      name = "ppl_vs_length" + perplexity.protocol_suffix(first["protocol"], first["stride"])
+      name = "ppl_vs_length" + perplexity.protocol_suffix(ppl[0]["protocol"], ppl[0]["stride"])
       plots.plot_ppl_vs_length(curves, os.path.join(out_dir, f"{name}.png"))
   return results
 
@@ -230,9 +195,9 @@ def main(argv):
     print(f"error: --step must be a checkpoint step >= 0, or -1 for the latest; got {FLAGS.step}",
           file=sys.stderr)
     sys.exit(2)
-  train.quiet_library_logs()
+  distributed.quiet_library_logs()
   try:
-    train.initialize_from_flags()  # before any device is used
+    distributed.initialize_from_flags()  # before any device is used
     results = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,
                        FLAGS.length_multipliers, FLAGS.split, FLAGS.config)
   except ConfigError as e:
@@ -240,14 +205,14 @@ def main(argv):
     sys.exit(2)
   if jax.process_index() != 0:
     return  # process 0 wrote the results and reports them
-  unit = train.token_unit(FLAGS.config)
+  unit = token_unit(FLAGS.config)
   for name, result in results.items():
     print(f"{name}:")
     for row in result.get("rows", []):
-      if name.startswith("ppl_vs_length") and row.get("nll") is not None:
+      if result["suite"] == "ppl_vs_length" and row.get("nll") is not None:
         print(f"  length {row['length']:>6}: ppl {row['ppl']:.4f}, "
               f"{row['bits_per_byte']:.4f} bits/{unit} ({row['tokens']} tokens)")
-      elif name.startswith("attention") and not row.get("skipped"):
+      elif result["suite"] == "attention" and not row.get("skipped"):
         print(f"  length {row['length']:>6}: attention entropy {row['entropy']:.3f} nats "
               f"(uniform {row['entropy_uniform']:.3f}), sink mass {row['sink_mass']:.3f}")
     if "max_length_passing" in result:

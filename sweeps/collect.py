@@ -49,8 +49,10 @@ import pandas as pd
 from absl import app
 
 from configs import base as base_config
-from configs.validate import ConfigError, parse_flags
+from configs.errors import ConfigError, parse_flags
+from eval import suites as suites_registry
 from eval.files import atomic_write
+from runs.metrics import read_metrics
 from sweeps.study import result_key
 from sweeps.workdirs import read_results
 
@@ -87,65 +89,20 @@ def run_dirs(study_dir: str) -> list[str]:
 def final_metrics(workdir: str) -> dict[str, Any]:
   """The last logged step, training loss and validation loss of metrics.jsonl (None if absent)."""
   out = {"final_step": None, "final_train_loss": None, "final_val_loss": None}
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return out
-  with open(path) as f:
-    for line in f:
-      try:
-        record = json.loads(line)
-      except ValueError:
-        continue  # a line cut by a kill; train.py rewrites the file on resume
-      out["final_step"] = max(out["final_step"] or 0, record.get("step", 0))
-      if record.get("loss") is not None:
-        out["final_train_loss"] = record["loss"]
-      if record.get("val_loss") is not None:
-        out["final_val_loss"] = record["val_loss"]
+  for record in read_metrics(workdir):  # a line cut by a kill is left out
+    out["final_step"] = max(out["final_step"] or 0, record.get("step", 0))
+    if record.get("loss") is not None:
+      out["final_train_loss"] = record["loss"]
+    if record.get("val_loss") is not None:
+      out["final_val_loss"] = record["val_loss"]
   return out
 
 
 def _result_rows(result: dict, train_len: int) -> list[dict[str, Any]]:
-  """The per-length (per-size) rows of one result JSON, in the table's columns."""
-  suite = result["suite"]
-  rows = []
-  if suite == "ppl_vs_length":
-    for r in result.get("rows", []):
-      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
-                   "nll": r.get("nll"), "ppl": r.get("ppl"), "bits_per_byte": r.get("bits_per_byte"),
-                   "tokens": r.get("tokens"), "windows": r.get("windows"),
-                   "window_stride": r.get("stride"), "skipped": r.get("skipped")})
-  elif suite == "loss_by_position":
-    for r in result.get("rows", []):
-      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
-                   "nll": r.get("nll"), "tokens": r.get("tokens"), "window_stride": r.get("stride"),
-                   "detail": json.dumps(r.get("bins", []))})
-  elif suite in ("passkey", "needle"):
-    by_length: dict[int, dict[str, Any]] = {}
-    for cell in result.get("cells", []):
-      by_length.setdefault(cell["length"], {})[f"{cell['depth']:g}"] = cell.get("accuracy")
-    for r in result.get("rows", []):
-      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
-                   "accuracy": r.get("accuracy"), "correct": r.get("correct"),
-                   "prompts": r.get("prompts"), "skipped": r.get("skipped"),
-                   "max_length_passing": result.get("max_length_passing"),
-                   "threshold": result.get("threshold"),
-                   "detail": json.dumps(by_length.get(r["length"], {}), sort_keys=True)})
-  elif suite == "attention":
-    for r in result.get("rows", []):
-      rows.append({"length": r["length"], "multiplier": r.get("multiplier", r["length"] / train_len),
-                   "entropy": r.get("entropy"), "sink_mass": r.get("sink_mass"),
-                   "entropy_uniform": r.get("entropy_uniform"), "windows": r.get("windows"),
-                   "skipped": r.get("skipped"),
-                   "detail": json.dumps({k: r[k] for k in ("entropy_by_layer", "sink_mass_by_layer")
-                                         if k in r})})
-  elif suite == "algorithmic":
-    top = result.get("train_max_size") or 1
-    for r in result.get("rows", []):
-      rows.append({"size": r["size"], "length": r.get("sequence_length"),
-                   "multiplier": r["size"] / top, "exact_match": r.get("exact_match"),
-                   "token_accuracy": r.get("token_accuracy"), "examples": r.get("examples"),
-                   "in_distribution": r.get("in_distribution"), "skipped": r.get("skipped")})
-  return rows
+  """The per-length (per-size) rows of one result JSON, in the table's columns: the `rows` of
+  the suite that wrote it (eval/suites/); none for a suite no longer registered."""
+  suite = suites_registry.REGISTRY.get(result["suite"])
+  return suite.rows(result, train_len) if suite is not None else []
 
 
 def collect(study_dir: str) -> pd.DataFrame:

@@ -65,7 +65,7 @@ from typing import Callable, Sequence
 
 from absl import app, flags, logging
 
-from configs.validate import ConfigError, parse_flags
+from configs.errors import ConfigError, parse_flags
 from sweeps import workdirs
 from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
     validate_run

@@ -23,7 +23,7 @@ import warnings
 import pandas as pd
 from absl import app, flags
 
-from configs.validate import ConfigError, parse_flags
+from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
 from sweeps import collect
 from sweeps.figures import png_bytes, read_table, study_figures, study_table_path

@@ -61,7 +61,10 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import ml_collections
 
-from configs.validate import ConfigError, eval_extensions, eval_suites
+from configs.errors import ConfigError
+from configs.validate import eval_extensions, preflight, validate
+from eval import suites as suites_registry
+from models.extensions import applied_factor
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME_MAX = 120  # characters of a run name (a path component; file systems allow 255 bytes).
@@ -69,12 +72,15 @@ STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEFAULT_ALIASES = {"model.position.kind": "kind"}
 EVAL_PREFIX = "eval."
 NOT_FOR_TRAIN = ("eval.extension",)  # train.py evaluates the model as trained: never given these
-PPL_SUITES = ("ppl_vs_length", "loss_by_position")  # one eval pass writes both
-# eval.* fields that only change the perplexity suites' results (so they do not make two
-# passkey/needle/algorithmic results differ), and fields that change no result at all.
+# eval.* fields that only change the results of suites with `per_protocol` (perplexity; so they
+# do not make two passkey/needle/algorithmic results differ), and fields that change no result.
 PPL_ONLY_FIELDS = ("protocol", "stride", "position_bins", "max_tokens_per_length", "split")
 NO_RESULT_FIELDS = ("suites", "extension", "batch_tokens")
-SUITE_SECTIONS = ("passkey", "needle", "attention")  # eval.<suite> settings sections
+
+
+def _per_protocol(suite: str) -> bool:
+  """Whether results named `suite` depend on eval.protocol and stride (eval/suites/)."""
+  return suite in suites_registry.REGISTRY and suites_registry.REGISTRY[suite].per_protocol
 
 
 class StudyError(ConfigError):
@@ -332,8 +338,7 @@ class ResultKey(NamedTuple):
 def make_key(suite: str, extension: str, factor: float, protocol: str | None,
              stride: int | None) -> ResultKey:
   """A ResultKey with the fields that do not apply to `suite` / `extension` cleared."""
-  from models.extensions import applied_factor  # imports JAX (as eval_extensions does)
-  ppl = suite in PPL_SUITES
+  ppl = _per_protocol(suite)
   protocol = (protocol or "non_overlapping") if ppl else None
   return ResultKey(suite, extension, applied_factor(extension, factor), protocol,
                    int(stride or 0) if protocol == "sliding" else None)
@@ -355,43 +360,34 @@ def _settings(config: ml_collections.ConfigDict, key: ResultKey) -> str:
   drop = set(NO_RESULT_FIELDS)
   if key.extension == "none":
     drop |= {"factor", "window"}
-  if key.suite not in PPL_SUITES:
+  if not _per_protocol(key.suite):
     drop |= set(PPL_ONLY_FIELDS)
-  drop |= {s for s in SUITE_SECTIONS if s != key.suite}
+  drop |= {s.section for s in suites_registry.unique(suites_registry.REGISTRY.values())
+           if s.section and s.section != key.suite}
   return json.dumps({k: v for k, v in e.items() if k not in drop}, sort_keys=True, default=str)
 
 
 def train_results(config: ml_collections.ConfigDict) -> list[ResultKey]:
-  """The results train.py's final evaluation writes for `config` (the model as trained):
-  ppl_vs_length and loss_by_position, and passkey / needle / attention when eval.suites names
-  them; for an algorithmic task run, the algorithmic suite alone."""
-  if config.data.task.name:
-    return [make_key("algorithmic", "none", 1.0, None, None)]
-  retrieval = [s for s in ("passkey", "needle", "attention") if s in eval_suites(config)]
-  return [make_key(s, "none", 1.0, config.eval.protocol, config.eval.stride)
-          for s in (*PPL_SUITES, *retrieval)]
+  """The results train.py's final evaluation writes for `config` (the model as trained): the
+  suites eval.suites.for_run chooses for training (perplexity and loss by position for text,
+  the algorithmic suite for a task, and those `eval.suites` names)."""
+  chosen, _ = suites_registry.for_run(config, "train")
+  return [make_key(name, "none", 1.0, config.eval.protocol, config.eval.stride)
+          for name in suites_registry.result_names(chosen)]
 
 
 def eval_point_suites(config: ml_collections.ConfigDict) -> list[str]:
-  """`eval.suites` of an evaluation point, with loss_by_position and ppl_vs_length together
-  (one pass gives both), checked against the run's kind of data as eval.run checks it.
+  """The result names an evaluation point asks for (all names of each suite `eval.suites`
+  names: loss_by_position and ppl_vs_length come together), chosen as eval.run chooses them.
 
   Raises:
-    ConfigError: an unknown suite; a text suite for a task run (data.task.name), whose only
-      suite is `algorithmic` (set eval.suites="algorithmic"); or algorithmic for a text run.
+    StudyError: an unknown suite, or one for the other kind of data (eval.suites.for_run).
   """
-  suites = eval_suites(config)
-  if any(s in PPL_SUITES for s in suites):
-    suites = list(PPL_SUITES) + [s for s in suites if s not in PPL_SUITES]
-  task = config.data.task.name
-  if task and set(suites) - {"algorithmic"}:
-    raise StudyError(f"eval.suites={config.eval.suites!r}: this run trains on the task {task!r}, "
-                     "whose only suite is 'algorithmic'; set eval.suites='algorithmic' (in "
-                     "Study.common or the task's config)")
-  if "algorithmic" in suites and not task:
-    raise StudyError("eval.suites='algorithmic' needs a run trained on a task (data.task.name); "
-                     "this run trains on text")
-  return suites
+  try:
+    chosen, _ = suites_registry.for_run(config, "eval")
+  except ConfigError as e:
+    raise StudyError(str(e)) from None
+  return suites_registry.result_names(chosen)
 
 
 # ---------------------------------------------------------------------------- runs
@@ -700,8 +696,9 @@ def check_commands(runs: Sequence[Run], base: ml_collections.ConfigDict) -> None
 
 def validate_run(run: Run, num_devices: int) -> None:
   """Checks a run as train.py and eval.run would, before anything is launched: every config
-  field (configs/validate.py) of the training config and of each eval.run config, every
-  eval-time extension against the scheme, the evaluation lengths, and the passkey prompt length.
+  field (configs/validate.py `validate`) and the pre-flight (`preflight`: suites, eval-time
+  extensions against the scheme, evaluation lengths, retrieval prompts) of the training config
+  and of each eval.run config.
 
   Args:
     run: the run.
@@ -710,25 +707,17 @@ def validate_run(run: Run, num_devices: int) -> None:
   Raises:
     ConfigError: the first bad field, with the run's name in front.
   """
-  from configs.validate import eval_lengths, validate  # imports JAX through models/
-  from data.tokenizers import get_tokenizer
-  from eval import needle, perplexity
-  from models import extensions
   try:
     validate(run.config, num_devices)
     if run.config.eval.extension != "none":
       raise StudyError(f"the base config sets eval.extension={run.config.eval.extension!r}; "
                        "set eval-time extensions in the study's points or common fields")
-    if not run.config.data.task.name:
-      perplexity.check_lengths(eval_lengths(run.config), None, run.config.model.position.kind)
+    preflight(run.config, purpose="train")
     for command in run.evals:
       config = run.eval_config(command)
       validate(config, num_devices)
-      suites = eval_point_suites(config)
-      for extension in eval_extensions(config):
-        extensions.apply_extension(config, extension, config.eval.factor, config.eval.window)
-      if "passkey" in suites:
-        needle.check_suite(config, "passkey", {}, get_tokenizer(config.data.tokenizer))
+      eval_point_suites(config)
+      preflight(config, purpose="eval")
   except ConfigError as e:
     raise type(e)(f"run {run.name!r}: {e}") from None
 

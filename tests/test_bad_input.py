@@ -16,6 +16,7 @@ from configs.validate import ConfigError
 from data import corpora
 from eval import run as eval_run
 from sweeps import study as study_lib
+from runs import workdir as run_dir
 
 
 def snapshot(folder) -> dict:
@@ -122,7 +123,7 @@ def unreadable_archive(ctx):
 def eval_with(length_multipliers=None, **fields):
   """eval.run's evaluate on the trained `learned` run, with eval fields set."""
   def prepare(ctx):
-    c = train.load_run_config(ctx["trained"])
+    c = run_dir.load_run_config(ctx["trained"])
     set_fields(c, fields)
     return lambda: eval_run.evaluate(ctx["trained"], length_multipliers=length_multipliers,
                                      config=c)

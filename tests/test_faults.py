@@ -17,6 +17,8 @@ import pytest
 
 import train
 from conftest import tiny_config, write_config_file
+from runs import checkpoint as run_ckpt
+from models import spec as specs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 12
@@ -83,8 +85,8 @@ def losses(workdir: str) -> dict[int, float]:
 def params_at(workdir: str, step: int = STEPS):
   """The parameters of the checkpoint at `step`, on one device (numpy)."""
   c = tiny_config("unused", "rope")
-  spec = train.model_spec(c, train.sharding.make_mesh(c.mesh, jax.devices()[:1]))
-  return jax.tree.map(np.asarray, train.restore_params(workdir, c, spec, step)[0])
+  spec = specs.model_spec(c, train.sharding.make_mesh(c.mesh, jax.devices()[:1]))
+  return jax.tree.map(np.asarray, run_ckpt.restore_params(workdir, c, spec, step)[0])
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,11 @@ from data import passkey, pipeline
 from data.corpora import read_text_files
 from data.tokenizers import ByteTokenizer
 from eval import needle
+from runs import workdir as run_dir
+from data import inputs as data_inputs
+from models import spec as specs
+from eval import suites
+from eval.suites import Context
 
 TOK = ByteTokenizer()
 
@@ -76,7 +81,7 @@ def test_prompts_are_byte_identical_across_schemes(text_corpus):
   for kind in ("alibi", "rope"):
     c = tiny_config(text_corpus, kind)
     c.model.num_layers = 3 if kind == "rope" else 2  # other model fields must not matter either
-    docs = train.load_splits(c)["validation"]
+    docs = data_inputs.load_splits(c)["validation"]
     grids.append([
         needle.grid_prompts(needle.prompt_builder(c, suite, TOK, docs), [400, 700],
                             c.eval[suite].depths, 2, c.eval[suite].seed)
@@ -161,7 +166,7 @@ def test_training_documents_fill_whole_windows(text_corpus):
   c.data.train_len = 128
   c.data.passkey.preamble = False
   c.data.passkey.fraction = 0.5
-  train_docs = train.load_splits(c)["train"]
+  train_docs = data_inputs.load_splits(c)["train"]
   docs = passkey.training_documents(train_docs, c.data, TOK)
   assert docs[:len(train_docs)] == train_docs
   extra = docs[len(train_docs):]
@@ -261,15 +266,15 @@ def test_grid_json_and_heatmap_from_a_tiny_model(text_corpus, tmp_path):
   c.eval.needle.trials = 1
   c.eval.length_multipliers = (1.0, 2.0)  # 64 (too short for a prompt) and 128
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
-  spec = train.model_spec(c, mesh)
-  params = train.init_params(c, spec)
-  docs = train.load_splits(c)
-  result = needle.run_passkey(c, str(tmp_path), spec, mesh, params, 7, docs, TOK)
+  spec = specs.model_spec(c, mesh)
+  params = specs.init_params(c, spec)
+  docs = data_inputs.load_splits(c)
+  result = suites.REGISTRY["passkey"].run(Context(c, str(tmp_path), spec, mesh, params, 7, docs, TOK))["passkey"]
   saved = json.load(open(tmp_path / "eval" / "passkey.json"))
   assert saved == json.loads(json.dumps(result))
   assert os.path.getsize(tmp_path / "eval" / "passkey.png") > 0
   assert saved["suite"] == "passkey" and saved["step"] == 7 and saved["scheme"] == "alibi"
-  assert saved["config_hash"] == train.config_hash(c)
+  assert saved["config_hash"] == run_dir.config_hash(c)
   assert saved["lengths"] == [64, 128] and saved["depths"] == [0.0, 0.5, 1.0]
   assert saved["trials"] == 3 and saved["threshold"] == 0.9
   assert "99 tokens" in saved["rows"][0]["skipped"] and saved["accuracy"][0] == [None] * 3
@@ -283,7 +288,7 @@ def test_grid_json_and_heatmap_from_a_tiny_model(text_corpus, tmp_path):
 
   # the needle suite at 256 tokens (128 cannot hold its prompt)
   c.eval.length_multipliers = (2.0, 4.0)
-  result = needle.run_needle(c, str(tmp_path), spec, mesh, params, 7, docs, TOK)
+  result = suites.REGISTRY["needle"].run(Context(c, str(tmp_path), spec, mesh, params, 7, docs, TOK))["needle"]
   assert [r.get("skipped") is None for r in result["rows"]] == [False, True]
   assert result["split"] == "validation" and result["cells"][-1]["outputs"][0]["key"]
   assert os.path.getsize(tmp_path / "eval" / "needle.png") > 0
@@ -296,8 +301,8 @@ def test_learned_positions_skip_lengths_beyond_the_table(text_corpus, tmp_path):
   c.eval.passkey.depths = (1.0,)
   c.eval.passkey.trials = 1
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
-  spec = train.model_spec(c, mesh)
-  result = needle.run_passkey(c, str(tmp_path), spec, mesh, None, 0, train.load_splits(c), TOK)
+  spec = specs.model_spec(c, mesh)
+  result = suites.REGISTRY["passkey"].run(Context(c, str(tmp_path), spec, mesh, None, 0, data_inputs.load_splits(c), TOK))["passkey"]
   assert [bool(r.get("skipped")) for r in result["rows"]] == [True, True, True]
   assert "learned" in result["rows"][1]["skipped"]  # 128 + 8 - 1 positions > 128
   assert result["max_length_passing"] is None  # nothing ran (no parameters were needed)
@@ -307,9 +312,9 @@ def test_a_prompt_longer_than_every_length_is_refused_before_compiling(text_corp
   c = grid_config(text_corpus)
   c.eval.length_multipliers = (1.0,)
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
-  spec = train.model_spec(c, mesh)
+  spec = specs.model_spec(c, mesh)
   with pytest.raises(ConfigError, match="eval.length_multipliers"):
-    needle.run_passkey(c, str(tmp_path), spec, mesh, None, 0, {"validation": []}, TOK)
+    suites.REGISTRY["passkey"].run(Context(c, str(tmp_path), spec, mesh, None, 0, {"validation": []}, TOK))["passkey"]
   c.eval.passkey.trials = 0
   with pytest.raises(ConfigError, match="eval.passkey.trials"):
-    needle.run_passkey(c, str(tmp_path), spec, mesh, None, 0, {"validation": []}, TOK)
+    suites.REGISTRY["passkey"].run(Context(c, str(tmp_path), spec, mesh, None, 0, {"validation": []}, TOK))["passkey"]

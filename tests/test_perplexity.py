@@ -20,6 +20,10 @@ from data import pipeline
 from data.corpora import Document
 from data.tokenizers import get_tokenizer
 from eval import perplexity
+from runs import workdir as run_dir
+from models import spec as specs
+from eval import suites
+from eval.suites import Context
 
 TOK = get_tokenizer("byte")
 TEXT = open(json.__file__, "rb").read()  # real text, no network
@@ -53,8 +57,8 @@ def model(text_corpus):
   c = tiny_config(text_corpus)
   c.model.init_std = 0.3  # a random model whose predictions clearly depend on the context
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
-  spec = train.model_spec(c, mesh)
-  params = train.init_params(c, spec)
+  spec = specs.model_spec(c, mesh)
+  params = specs.init_params(c, spec)
 
   @jax.jit
   def last_nll(params, ids):  # ids: int32 [1, n + 1]; NLL of the last token given the rest
@@ -208,13 +212,14 @@ def test_evaluate_ppl_writes_loss_by_position(model, text_corpus, tmp_path):
   c.eval.batch_tokens = BATCH_TOKENS
   validate(c, 1)
   docs = {"train": [], "validation": docs_of(50, 70, 20, 90), "test": []}
-  result = train.evaluate_ppl(c, str(tmp_path), model.spec, model.mesh, model.params, 7, docs, TOK)
+  result = suites.REGISTRY["ppl_vs_length"].run(Context(
+      c, str(tmp_path), model.spec, model.mesh, model.params, 7, docs, TOK))["ppl_vs_length_sliding_s4"]
   on_disk = json.load(open(tmp_path / "eval" / "ppl_vs_length_sliding_s4.json"))  # protocol's own
   assert on_disk == json.loads(json.dumps(result))
   positions = json.load(open(tmp_path / "eval" / "loss_by_position_sliding_s4.json"))
   for r in (on_disk, positions):
     assert (r["protocol"], r["stride"], r["step"], r["documents"]) == ("sliding", 4, 7, 4)
-    assert r["config_hash"] == train.config_hash(c)
+    assert r["config_hash"] == run_dir.config_hash(c)
     assert r["tokens_scored"] == sum(row["tokens"] for row in on_disk["rows"]) > 0
   assert [r["length"] for r in on_disk["rows"]] == [16, 32]
   assert all("loss_by_position" not in r for r in on_disk["rows"])

@@ -21,6 +21,9 @@ from configs.validate import ConfigError, validate
 from data import corpora, pipeline, prepare
 from data.corpora import CorpusError, TokenizedDocument
 from data.tokenizers import ByteTokenizer, SentencePieceTokenizer, get_tokenizer
+from runs import distributed
+from runs import workdir as run_dir
+from data import inputs as data_inputs
 
 SP_VOCAB = 400  # small, yet above the 4 special + 256 byte pieces + this corpus's characters
 
@@ -155,14 +158,14 @@ def test_prepared_windows_and_batches_equal_the_text_path(prepared, text_corpus)
 
 
 def test_train_py_reads_the_same_first_batches_from_array_record(prepared, text_corpus):
-  """train.load_splits + pipeline.train_dataset, called as train.py calls them: the same
+  """data_inputs.load_splits + pipeline.train_dataset, called as train.py calls them: the same
   documents give the same batches from the text files and from their byte-level shards."""
   text = tiny_config(text_corpus)
   arec = tiny_config(text_corpus)
   arec.data.source, arec.data.text_glob = "array_record", ""
   arec.data.array_record_dir = prepared["byte"]
   tok = get_tokenizer("byte")
-  text_docs, arec_docs = train.load_splits(text), train.load_splits(arec)
+  text_docs, arec_docs = data_inputs.load_splits(text), data_inputs.load_splits(arec)
   assert isinstance(arec_docs["train"], corpora.PreparedSplit)
   assert [d.name for d in arec_docs["validation"]] == [d.name for d in text_docs["validation"]]
   kw = dict(train_len=text.data.train_len, batch_size=text.data.batch_size,
@@ -297,16 +300,16 @@ def test_bad_config_for_a_prepared_corpus(prepared, text_corpus, tmp_path):
 def test_distributed_launch_detection_and_workdir():
   slurm = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "0",
            "SLURM_LOCALID": "0"}
-  assert train.distributed_launcher({**slurm, "SLURM_NTASKS": "2"}) == "slurm"
-  assert train.distributed_launcher({**slurm, "SLURM_NTASKS": "1"}) is None
-  assert train.distributed_launcher({"OMPI_COMM_WORLD_SIZE": "4",
+  assert distributed.distributed_launcher({**slurm, "SLURM_NTASKS": "2"}) == "slurm"
+  assert distributed.distributed_launcher({**slurm, "SLURM_NTASKS": "1"}) is None
+  assert distributed.distributed_launcher({"OMPI_COMM_WORLD_SIZE": "4",
                                      "OMPI_MCA_orte_hnp_uri": "1.2.3.4:5"}) == "mpi"
-  assert train.distributed_launcher({}) is None  # this machine: no TPU chips
-  train.initialize_distributed("auto")  # a single process: nothing to initialize
+  assert distributed.distributed_launcher({}) is None  # this machine: no TPU chips
+  distributed.initialize_distributed("auto")  # a single process: nothing to initialize
   with pytest.raises(ConfigError, match="not a URL"):
-    train.check_workdir("gs://bucket/runs/alibi")  # train.py writes with local file I/O
+    run_dir.check_workdir("gs://bucket/runs/alibi")  # train.py writes with local file I/O
   for args in (dict(coordinator_address="10.0.0.1:1234"),
                dict(coordinator_address="10.0.0.1:1234", num_processes=2, process_id=2),
                dict(num_processes=2, process_id=0)):
     with pytest.raises(ConfigError, match="--coordinator_address"):
-      train.initialize_distributed("auto", **args)
+      distributed.initialize_distributed("auto", **args)

@@ -18,6 +18,11 @@ from data.position_samplers import RandomizedPositions
 from data.tasks import dataset
 from data.tokenizers import ByteTokenizer
 from eval import algorithmic
+from runs import checkpoint as run_ckpt
+from runs import workdir as run_dir
+from models import spec as specs
+from eval import suites
+from eval.suites import Context
 
 TOK = ByteTokenizer()
 
@@ -193,7 +198,7 @@ def test_training_on_a_task_writes_algorithmic_json(tmp_path, capsys):
   assert not os.path.exists(tmp_path / "eval" / "ppl_vs_length.json")
   assert result == json.loads(json.dumps(out["algorithmic"]))
   assert result["task"] == "copy" and result["step"] == 4
-  assert result["config_hash"] == train.config_hash(c)
+  assert result["config_hash"] == run_dir.config_hash(c)
   assert (result["train_min_size"], result["train_max_size"]) == (1, 3)
   rows = result["rows"]
   assert [r["size"] for r in rows] == [1, 2, 3, 4, 5, 6]
@@ -207,13 +212,13 @@ def test_training_on_a_task_writes_algorithmic_json(tmp_path, capsys):
 
   # The suite on its own (as eval.run calls it) reproduces the numbers.
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
-  spec = train.model_spec(c, mesh)
-  params, step = train.restore_params(str(tmp_path), c, spec)
-  again = algorithmic.run_suite(c, str(tmp_path), spec, mesh, params, step)
+  spec = specs.model_spec(c, mesh)
+  params, step = run_ckpt.restore_params(str(tmp_path), c, spec)
+  again = suites.REGISTRY["algorithmic"].run(Context(c, str(tmp_path), spec, mesh, params, step))["algorithmic"]
   assert again["rows"] == rows
   text = tiny_config("unused")
   with pytest.raises(ConfigError, match="data.task.name"):
-    algorithmic.run_suite(text, str(tmp_path), spec, mesh, params, step)
+    suites.REGISTRY["algorithmic"].run(Context(text, str(tmp_path), spec, mesh, params, step))["algorithmic"]
 
 
 def test_teacher_forced_scoring_matches_greedy_decoding():
@@ -222,8 +227,8 @@ def test_teacher_forced_scoring_matches_greedy_decoding():
   devices) must find every greedy token right."""
   c = tiny_task_config("copy", "rope")
   mesh = train.sharding.make_mesh(c.mesh, jax.devices())
-  spec = train.model_spec(c, mesh)
-  params = train.init_params(c, spec)
+  spec = specs.model_spec(c, mesh)
+  params = specs.init_params(c, spec)
   task = tasks.get_task("copy")
   rows = dataset.examples_of_size(task, 3, 8, 0, dataset.EVALUATION, TOK)
   forward = jax.jit(lambda p, x: nnx.merge(spec.graphdef, p)(

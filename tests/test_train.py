@@ -17,6 +17,10 @@ from data.tokenizers import get_tokenizer
 from eval import perplexity
 from eval import run as eval_run
 from models import positions
+from runs import checkpoint as run_ckpt
+from runs import workdir as run_dir
+from data import inputs as data_inputs
+from models import spec as specs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,8 +32,8 @@ def losses(workdir):
 
 def final_params(workdir, config):
   mesh = train.sharding.make_mesh(config.mesh, jax.devices()[:1])
-  spec = train.model_spec(config, mesh)
-  params, _ = train.restore_params(workdir, config, spec)
+  spec = specs.model_spec(config, mesh)
+  params, _ = run_ckpt.restore_params(workdir, config, spec)
   return jax.tree.map(np.asarray, params)
 
 
@@ -68,7 +72,7 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
 
   # Eval-time extensions (YaRN and Self-Extend, factor 2) write their own files beside the plain
   # ones, for every suite asked for, and ppl_vs_length.png gets one curve each.
-  extended = train.load_run_config(str(tmp_path))
+  extended = run_dir.load_run_config(str(tmp_path))
   extended.eval.extension, extended.eval.factor = "yarn,self_extend", 2.0
   extended.eval.suites = "ppl_vs_length,passkey"
   extended.eval.length_multipliers = (1.0, 4.0)  # 32 (too short for a passkey prompt), 128
@@ -94,20 +98,20 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   yarn["max_tokens_per_length"] = 1  # another budget: another figure
   assert eval_run._same_step_curves(str(tmp_path / "eval"), yarn) == []
   # An eval-time parameter under model.position (STRING's shift) names its own files.
-  shifted = train.load_run_config(str(tmp_path))
+  shifted = run_dir.load_run_config(str(tmp_path))
   shifted.model.position.string_shift, shifted.eval.extension = 5, "string"
   shifted.eval.length_multipliers = (1.0,)
   out_shift = eval_run.evaluate(str(tmp_path), config=shifted)
   assert set(out_shift) == {"ppl_vs_length_string_string_shift5"}
   assert out_shift["ppl_vs_length_string_string_shift5"]["extension_params"] == {"string_shift": 5}
   # The sliding protocol writes its own files; the non-overlapping ones stay.
-  sliding = train.load_run_config(str(tmp_path))
+  sliding = run_dir.load_run_config(str(tmp_path))
   sliding.eval.protocol, sliding.eval.stride = "sliding", 8
   sliding.eval.length_multipliers = (1.0,)
   assert set(eval_run.evaluate(str(tmp_path), config=sliding)) == {"ppl_vs_length_sliding_s8"}
   assert json.load(open(tmp_path / "eval/ppl_vs_length_sliding_s8.json"))["stride"] == 8
   assert json.load(open(tmp_path / "eval/ppl_vs_length.json"))["protocol"] == "non_overlapping"
-  bad = train.load_run_config(str(tmp_path))
+  bad = run_dir.load_run_config(str(tmp_path))
   bad.eval.extension = "alibi_interpolation"
   with pytest.raises(ConfigError, match="eval.extension"):
     eval_run.evaluate(str(tmp_path), config=bad)
@@ -158,7 +162,7 @@ def test_checkpoint_of_another_shape_is_refused(text_corpus, tmp_path):
   other.model.d_model = 32
   mesh = train.sharding.make_mesh(other.mesh, jax.devices()[:1])
   with pytest.raises(ConfigError, match="does not match"):
-    train.restore_params(str(tmp_path), other, train.model_spec(other, mesh))
+    run_ckpt.restore_params(str(tmp_path), other, specs.model_spec(other, mesh))
   # Resuming training with another model shape is refused before anything is written.
   other.train.num_steps = 4
   with pytest.raises(ConfigError, match="model.d_model=64, not 32"):
@@ -245,19 +249,19 @@ def test_algorithmic_suite_on_a_text_run_is_refused_before_training(text_corpus,
 
 
 def test_workdir_checks_do_not_create_it(tmp_path):
-  train.check_workdir(str(tmp_path / "a" / "b"))
+  run_dir.check_workdir(str(tmp_path / "a" / "b"))
   assert not os.path.exists(tmp_path / "a")
   (tmp_path / "f").write_text("")
   with pytest.raises(ConfigError, match="cannot be created: .* is a file"):
-    train.check_workdir(str(tmp_path / "f" / "run"))
+    run_dir.check_workdir(str(tmp_path / "f" / "run"))
   if os.geteuid() != 0:  # root may write anywhere
     os.chmod(tmp_path, 0o500)
     try:
       with pytest.raises(ConfigError, match="is not writable \\(cannot create it in"):
-        train.check_workdir(str(tmp_path / "new"))
+        run_dir.check_workdir(str(tmp_path / "new"))
     finally:
       os.chmod(tmp_path, 0o700)
-  train.make_workdir(str(tmp_path / "a" / "b"))
+  run_dir.make_workdir(str(tmp_path / "a" / "b"))
   assert os.path.isdir(tmp_path / "a" / "b")
 
 
@@ -265,7 +269,7 @@ def test_flops_per_token_formula():
   c = tiny_config("unused")
   # 2 layers: matmuls 4*64*64 + 2*64*128 per layer, head 64*259; attention 2*32*64 per layer.
   matmul = 2 * (4 * 64 * 64 + 2 * 64 * 128) + 64 * 259
-  assert train.train_flops_per_token(c) == 6 * matmul + 3 * 2 * (2 * 32 * 64)
+  assert specs.train_flops_per_token(c) == 6 * matmul + 3 * 2 * (2 * 32 * 64)
 
 
 def test_gradient_accumulation_gives_the_same_update(text_corpus):
@@ -273,9 +277,9 @@ def test_gradient_accumulation_gives_the_same_update(text_corpus):
   import jax.numpy as jnp
   c = tiny_config(text_corpus)
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
-  spec = train.model_spec(c, mesh)
+  spec = specs.model_spec(c, mesh)
   tx = train.make_optimizer(c.train)
-  params = train.init_params(c, spec)
+  params = specs.init_params(c, spec)
   rng = np.random.default_rng(0)
   batch = {"inputs": rng.integers(0, 256, (8, 32)), "targets": rng.integers(0, 256, (8, 32)),
            "positions": np.tile(np.arange(32), (8, 1)), "segment_ids": np.ones((8, 32))}
@@ -358,13 +362,13 @@ def test_passkey_runs_log_the_loss_of_the_answer_digits(text_corpus, tmp_path, c
   answer = {r["step"]: r["val_passkey_answer_nll"] for r in records if "val_loss" in r}
   assert sorted(answer) == [1, 2] and out["val_passkey_answer_nll"] == answer[2]
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
-  spec = train.model_spec(c, mesh)
-  params, _ = train.restore_params(str(tmp_path), c, spec)
+  spec = specs.model_spec(c, mesh)
+  params, _ = run_ckpt.restore_params(str(tmp_path), c, spec)
   windows = passkey.answer_windows(get_tokenizer("byte"), train_len=128, preamble=False,
-                                   key_digits=5, count=train.PASSKEY_ANSWER_DOCUMENTS,
+                                   key_digits=5, count=data_inputs.PASSKEY_ANSWER_DOCUMENTS,
                                    seed=c.eval.passkey.seed)
   total, count = perplexity.score_windows(perplexity.make_nll_fn(spec.graphdef, mesh), params,
                                           windows, batch_size=8, mesh=mesh)
-  assert count == 5 * train.PASSKEY_ANSWER_DOCUMENTS
+  assert count == 5 * data_inputs.PASSKEY_ANSWER_DOCUMENTS
   assert answer[2] == pytest.approx(total / count, rel=1e-6)
   assert 1.0 < answer[2] < 8.0  # an untrained model: near ln(259 ids), not yet ln(10)

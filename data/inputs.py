@@ -1,0 +1,120 @@
+"""The one data entry point of a run: the corpus splits, the training iterator and the named
+validation sets, whatever the run trains on (text, text with passkey documents mixed in, or an
+algorithmic task). The training loop scores every validation set the same way and never asks
+which kind of data it has."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator
+
+import numpy as np
+
+from configs.errors import ConfigError
+from data import corpora, passkey, pipeline, position_samplers
+from data.tasks import dataset as task_dataset
+from data.tokenizers import get_tokenizer
+
+# Held-out passkey documents whose answer digits are scored at each evaluation of a passkey run
+# (data/passkey.py answer_windows): 32 x 5 digits, a few milliseconds of compute.
+PASSKEY_ANSWER_DOCUMENTS = 32
+
+
+def load_splits(config) -> dict[str, list[corpora.Document]]:
+  """Loads the configured corpus and splits it by document (see data.corpora.split_documents).
+
+  With `data.source = "array_record"` the corpus was split when prepared (python -m
+  data.prepare): held-out splits come as TokenizedDocuments, the training split as a
+  PreparedSplit read from its shards on demand (data.corpora.load_prepared_splits). A run on an
+  algorithmic task (data.task.name) has no corpus: {}.
+
+  Raises:
+    ConfigError: the corpus cannot be read (data/corpora.py).
+  """
+  d = config.data
+  if d.task.name:
+    return {}
+  if d.source == "array_record":
+    return corpora.load_prepared_splits(d.array_record_dir, get_tokenizer(d.tokenizer),
+                                        d.validation_fraction, d.test_fraction)
+  docs = corpora.load_documents(d.source, d.text_glob, d.cache_dir or None)
+  return corpora.split_documents(docs, d.validation_fraction, d.test_fraction)
+
+
+def token_unit(config) -> str:
+  """What one token of the run is: "byte" (data.tokenizer='byte') or "token" (SentencePiece),
+  the unit of its losses (nats per ...) in reports."""
+  return "byte" if config.data.tokenizer == "byte" else "token"
+
+
+@dataclasses.dataclass
+class Inputs:
+  """What a training run reads.
+
+  Attributes:
+    train: iterator of this process's share of each global batch: int32 [batch_size /
+      process_count, train_len] inputs, targets, positions, segment_ids (+ float32 weights for a
+      task: 1 at answer targets only); a grain DatasetIterator, checkpointed with the run.
+    validation: {metric name: windows (the same arrays, [n, train_len])}, scored at every
+      evaluation as the mean NLL of their weighted targets: "val_loss" (held-out text windows, or
+      held-out task examples of the training sizes) and, for a passkey run,
+      "val_passkey_answer_nll" (the key digits of held-out passkey documents).
+    loss_unit: what val_loss is per: "byte" or "token" (text), "answer token" (a task).
+    description: one line on the data, for the run's start-up report.
+  """
+
+  train: Iterator[dict[str, np.ndarray]]
+  validation: dict[str, dict[str, np.ndarray]]
+  loss_unit: str
+  description: str
+
+
+def make_inputs(config, docs, tokenizer, *, process_index: int = 0,
+                process_count: int = 1) -> Inputs:
+  """The training iterator and validation sets of `config` (see `Inputs`).
+
+  Args:
+    config: the experiment config (data.*, train.eval_tokens, eval.passkey.seed).
+    docs: `load_splits(config)`.
+    tokenizer: the run's tokenizer.
+    process_index, process_count: this process among the job's (each reads its own share).
+
+  Raises:
+    ConfigError: data.batch_size not divisible by the processes, or no validation document
+      longer than data.train_len.
+  """
+  d = config.data
+  if d.batch_size % process_count:
+    raise ConfigError(f"data.batch_size={d.batch_size} must be divisible by the "
+                      f"{process_count} processes (each feeds an equal share)")
+  batch = d.batch_size // process_count
+  sampler = position_samplers.make_sampler(d.position_sampler, d.train_len)
+  validation: dict[str, Any] = {}
+  if d.task.name:  # task rows (answer-only weights); validation: held-out examples of train sizes
+    train = task_dataset.train_dataset(d.task, tokenizer, train_len=d.train_len, batch_size=batch,
+                                       process_index=process_index, sampler=sampler)
+    validation["val_loss"] = task_dataset.validation_rows(d.task, tokenizer, d.train_len)
+    unit = "answer token"
+    description = f"task {d.task.name!r}, sizes {d.task.train_min_size}..{d.task.train_max_size}"
+  else:
+    train_docs = (docs["train"] if isinstance(docs["train"], corpora.PreparedSplit)  # lazy shards
+                  else passkey.training_documents(docs["train"], d, tokenizer))
+    train = pipeline.train_dataset(  # + passkey documents if data.passkey.fraction > 0
+        train_docs, tokenizer, train_len=d.train_len, batch_size=batch, seed=d.shuffle_seed,
+        process_index=process_index, process_count=process_count, sampler=sampler,
+        prefetch=d.get("prefetch_batches", 4))
+    validation["val_loss"] = pipeline.document_windows(
+        docs["validation"], tokenizer, d.train_len,
+        -(-config.train.eval_tokens // max(1, len(docs["validation"]))))
+    unit = token_unit(config)
+    description = (f"{len(docs['train'])} train / {len(docs['validation'])} validation / "
+                   f"{len(docs['test'])} test documents")
+  if len(validation["val_loss"]["inputs"]) == 0:
+    raise ConfigError(f"no validation document is longer than data.train_len={d.train_len} "
+                      "tokens; raise data.validation_fraction or shorten train_len")
+  if not d.task.name and d.passkey.fraction > 0:  # is the lookup learned yet? (the key's digits)
+    p = d.passkey
+    validation["val_passkey_answer_nll"] = passkey.answer_windows(
+        tokenizer, train_len=d.train_len, preamble=p.preamble, key_digits=p.key_digits,
+        count=PASSKEY_ANSWER_DOCUMENTS, seed=config.eval.passkey.seed)
+  return Inputs(iter(train), validation, unit, description)

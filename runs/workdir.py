@@ -1,0 +1,118 @@
+"""A run's folder: checks before it is made, `config.json`, the config hash, loading a run's config.
+
+`config.json` holds {"config": the resolved experiment config, "config_hash", "num_params",
+"mesh", "num_devices", "eval_lengths", "split_documents"}; a run's config is loaded on top of
+today's `configs/base.py` defaults, so runs trained before a field existed stay loadable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import jax
+
+from configs import base as base_config
+from configs.errors import ConfigError
+from eval.files import write_json
+
+CONFIG_FILE = "config.json"
+
+
+def check_workdir(workdir: str) -> None:
+  """Checks that `workdir` can be used, without creating it (`make_workdir` does, once every
+  other check has passed, so a refused run leaves nothing behind).
+
+  Raises:
+    ConfigError: `workdir` is empty, a URL (gs://...), a file, or neither it nor (when it does not
+      exist yet) its nearest existing parent is a writable directory.
+  """
+  if not workdir:
+    raise ConfigError("--workdir is required")
+  if "://" in workdir:  # config.json, metrics and eval files are written with local file I/O
+    raise ConfigError(f"--workdir={workdir}: give a path every host sees (NFS, or the bucket "
+                      "mounted with gcsfuse), not a URL")
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f"--workdir={workdir} is a file, not a directory")
+  existing = os.path.abspath(workdir)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ConfigError(f"--workdir={workdir} cannot be created: {existing} is a file")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise ConfigError(f"--workdir={workdir} is not writable" + (
+        "" if existing == os.path.abspath(workdir) else f" (cannot create it in {existing})"))
+
+
+def make_workdir(workdir: str) -> None:
+  """Creates `workdir` (after `check_workdir`).
+
+  Raises:
+    ConfigError: the directory cannot be created.
+  """
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f"--workdir={workdir} cannot be created: {e.strerror}") from e
+
+
+def config_hash(config) -> str:
+  """First 12 hex digits of the sha256 of the config's canonical JSON (identifies a run)."""
+  return hashlib.sha256(config.to_json(sort_keys=True).encode()).hexdigest()[:12]
+
+
+def load_run_config(workdir: str):
+  """The config a training run wrote to `<workdir>/config.json`, on top of today's defaults.
+
+  Fields added to configs/base.py since the run was trained keep their defaults, so old runs
+  stay loadable; JSON lists become the config's tuples again.
+
+  Raises:
+    ConfigError: workdir or its config.json is missing or unreadable.
+  """
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.isfile(path):
+    raise ConfigError(f"--workdir={workdir} has no config.json (is it a training run's workdir?)")
+  try:
+    with open(path) as f:
+      stored = json.load(f)["config"]
+  except (json.JSONDecodeError, KeyError) as e:
+    raise ConfigError(f"{path} is not a config written by train.py: {e}") from e
+
+  def as_tuples(x):
+    if isinstance(x, dict):
+      return {k: as_tuples(v) for k, v in x.items()}
+    return tuple(as_tuples(v) for v in x) if isinstance(x, list) else x
+
+  config = base_config.get_config()
+  config.update(as_tuples(stored))
+  return config
+
+
+def check_same_model(workdir: str, config) -> None:
+  """Refuses to resume a workdir whose run had another model or data layout.
+
+  Raises:
+    ConfigError: `workdir/config.json` exists and its `model` section, `data.train_len` or
+      `data.tokenizer` differ from `config`'s (the checkpoint could not be restored); names the
+      first differing field.
+  """
+  if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+    return
+  old = json.loads(load_run_config(workdir).to_json())
+  new = json.loads(config.to_json())
+  pairs = [(f"model.{k}", old["model"].get(k), v) for k, v in new["model"].items()]
+  pairs += [(f"data.{k}", old["data"].get(k), new["data"][k]) for k in ("train_len", "tokenizer")]
+  for field, was, now in pairs:
+    if was != now:
+      raise ConfigError(f"--workdir={workdir} holds a run with {field}={was!r}, not {now!r}; "
+                        "use a new --workdir (or the old value) to resume")
+
+
+def write_run_config(workdir: str, config, **fields) -> None:
+  """Writes `<workdir>/config.json` (process 0 only, atomically): the config, its hash and
+  `fields` (num_params, mesh, num_devices, eval_lengths, split_documents, ...)."""
+  if jax.process_index() == 0:
+    write_json(os.path.join(workdir, CONFIG_FILE),
+               {"config": config.to_dict(), "config_hash": config_hash(config), **fields})
