@@ -1,22 +1,16 @@
-"""Trains a decoder with a pluggable positional scheme, then runs the evaluation suites.
-
-  python train.py --config=configs/alibi_tiny.py --workdir=/tmp/alibi_tiny \
-      [--config.model.position.kind=rope]
+"""Trains a decoder with a pluggable positional scheme, then runs the evaluation suites:
+`python train.py --config=configs/alibi_tiny.py --workdir=/tmp/alibi_tiny`.
 
 Top to bottom: flags and `main`; the optimizer; the loss and `train_step`; the jitted step
 function; `train_loop`; `train_and_evaluate` (pre-flight -> data -> restore -> loop -> suites).
-What lands in `workdir` (runs/): config.json, metrics.jsonl, tensorboard/, checkpoints/, and the
-suites' eval/<suite>.{json,png} (eval/suites/: perplexity vs length and loss by position for text,
-accuracy per instance size for an algorithmic task, plus those `eval.suites` names).
-"""
+The workdir (runs/) gets config.json, metrics.jsonl, tensorboard/, checkpoints/ and the suites'
+eval/<suite>.{json,png} (eval/suites/: perplexity and loss by position for text, accuracy per
+size for an algorithmic task, and what `eval.suites` names)."""
 
 from __future__ import annotations
 
 import functools
-import math
-import signal
 import sys
-import threading
 import time
 
 import jax
@@ -27,7 +21,7 @@ from flax import nnx
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from configs.errors import ConfigError, parse_flags
+from configs.errors import ConfigError, config_from_flag, parse_flags
 from configs.validate import preflight, validate
 from data import inputs as data_inputs
 from data.tokenizers import get_tokenizer
@@ -38,8 +32,8 @@ from models.spec import (ModelSpec, abstract_with_shardings, init_params, measur
                          train_flops_per_token)
 from runs import distributed, workdir as run_dir
 from runs.checkpoint import TrainCheckpoints
-from runs.distributed import chief_print
-from runs.metrics import MetricsWriter
+from runs.distributed import Preemption, chief_print
+from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
 
 FLAGS = flags.FLAGS
 
@@ -57,24 +51,12 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   distributed.quiet_library_logs()
   try:
-    config = FLAGS.config
-    if config is not None:
-      config.to_dict()  # config_flags defers a file that failed to load to the first access
-  except OSError as e:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    print(f"error: --config could not be loaded: {lines[-1] if lines else e}", file=sys.stderr)
-    sys.exit(2)
-  if config is None:
-    raise app.UsageError("--config is required, e.g. --config=configs/alibi_tiny.py")
-  try:
+    config = config_from_flag(FLAGS.config)
     distributed.initialize_from_flags()  # before any device is used
     train_and_evaluate(config, FLAGS.workdir)
-  except ConfigError as e:
+  except (ConfigError, NonFiniteLossError) as e:
     print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-  except NonFiniteLossError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(2 if isinstance(e, ConfigError) else 1)
 
 
 # ---------------------------------------------------------------------------- optimizer
@@ -104,13 +86,17 @@ def make_optimizer(train_config) -> optax.GradientTransformation:
 
 
 def state_shardings(tx, spec: ModelSpec, mesh):
-  """Shardings of the train state {params, opt_state, step}: optimizer moments like parameters."""
+  """Shardings of the train state {params, opt_state, step} (optimizer moments like parameters),
+  and the abstract state (ShapeDtypeStructs carrying them) that checkpoints restore onto."""
   abstract_opt = jax.eval_shape(tx.init, spec.abstract_params)
   opt_shardings = optax.tree_map_params(
       tx, lambda _, s: s, abstract_opt, spec.param_shardings,
       transform_non_params=lambda _: sharding.replicated(mesh))
-  return {"params": spec.param_shardings, "opt_state": opt_shardings,
-          "step": sharding.replicated(mesh)}
+  shardings = {"params": spec.param_shardings, "opt_state": opt_shardings,
+               "step": sharding.replicated(mesh)}
+  abstract = {"params": spec.abstract_params, "opt_state": abstract_opt,
+              "step": jax.ShapeDtypeStruct((), jnp.int32)}
+  return shardings, abstract_with_shardings(abstract, shardings)
 
 
 def initial_state(config, spec: ModelSpec, tx, shardings) -> dict:
@@ -196,26 +182,6 @@ def make_step_fn(config, spec: ModelSpec, tx, shardings, mesh, pad_id: int):
       out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
 
 
-@jax.jit
-def _note_nonfinite(first: jax.Array, skipped: jax.Array, nonfinite: jax.Array, step: jax.Array):
-  """(first non-finite step so far or -1, non-finite steps so far) after `step` (int32 scalars;
-  on device, so the loop never waits for the host)."""
-  bad = nonfinite > 0
-  return jnp.where((first < 0) & bad, step, first), skipped + bad.astype(jnp.int32)
-
-
-class NonFiniteLossError(FloatingPointError):
-  """Training produced a NaN/inf loss or gradient (train.skip_nonfinite_batches=False)."""
-
-
-def describe_validation(record: dict, unit: str) -> str:
-  """`validation loss X nats/<unit>` and, for a passkey run, the answer digits' loss."""
-  passkey = record.get("val_passkey_answer_nll")
-  return (f"validation loss {record['val_loss']:.4f} nats/{unit}"
-          + (f"; passkey answer digits {passkey:.3f} nats (chance {math.log(10):.3f})"
-             if passkey is not None else ""))
-
-
 # ---------------------------------------------------------------------------- the loop
 
 
@@ -223,8 +189,7 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
                writer: MetricsWriter, validate_fn, mesh) -> tuple[dict, int, str | None]:
   """Runs steps `step`..num_steps (or train.stop_after_step): metrics every log_every_steps,
   validation every eval_every_steps, checkpoints every checkpoint_every_steps, at the last step
-  and on SIGTERM (preemption: saved, then the process ends with status 0 and the next start
-  resumes; several processes agree on the step through Orbax `reached_preemption`).
+  and on SIGTERM (runs.distributed.Preemption: saved, then the next start resumes).
 
   Returns:
     (state, step reached, None when num_steps was reached, else "preempted" or "stopped").
@@ -235,75 +200,54 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
   """
   t, chief = config.train, jax.process_index() == 0
   last_step = t.num_steps if t.stop_after_step < 0 else min(t.num_steps, t.stop_after_step)
-  flops = train_flops_per_token(config) * config.data.batch_size * config.data.train_len
+  tokens = config.data.batch_size * config.data.train_len  # per step
+  flops = train_flops_per_token(config) * tokens
   peak = (t.peak_flops_per_device or measure_peak_flops()) * mesh.devices.size
   schedule, batch_sharding = make_lr_schedule(t), sharding.batch_sharding(mesh)
   bar = tqdm(total=t.num_steps, initial=step, desc="train", disable=not chief, dynamic_ncols=True)
   interval_start, interval_steps = time.perf_counter(), 0
-  first_bad, skipped = jnp.asarray(-1, jnp.int32), jnp.asarray(0, jnp.int32)  # on device
+  nonfinite = NonFiniteSteps(t.skip_nonfinite_batches)
 
   def check_finite(at_step: int) -> int:  # non-finite steps so far; raises unless skipped
-    bad, count = (int(x) for x in jax.device_get((first_bad, skipped)))
-    if bad >= 0 and not t.skip_nonfinite_batches:
-      bar.close()
-      good = ckpt.latest_step()
-      ckpt.close()
-      writer.close()
-      raise NonFiniteLossError(
-          f"non-finite loss or gradient at step {bad} (stopped at step {at_step}, nothing saved "
-          f"after it); last good checkpoint: "
-          + (f"step {good} in {ckpt.directory}" if good is not None else "none")
-          + "; rerun resumes from it (lower train.learning_rate, or set "
-          "train.skip_nonfinite_batches=True to skip such batches)")
-    return count
+    try:
+      return nonfinite.check(at_step, ckpt.latest_step(), ckpt.directory)
+    except NonFiniteLossError:
+      for resource in (bar, ckpt, writer):
+        resource.close()
+      raise
 
-  preempted = threading.Event()
-  own_handler = jax.process_count() == 1 and threading.current_thread() is threading.main_thread()
-  previous = signal.signal(signal.SIGTERM, lambda *_: preempted.set()) if own_handler else None
-  try:
+  with Preemption() as preemption:
     while step < last_step:
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v)
                for k, v in next(inputs.train).items()}
       state, metrics = step_fn(state, batch)
       step += 1
-      first_bad, skipped = _note_nonfinite(first_bad, skipped, metrics["nonfinite"], step)
+      nonfinite.note(metrics["nonfinite"], step)
       interval_steps += 1
       bar.update(1)
       if step % t.log_every_steps == 0 or step == last_step:
         metrics = jax.device_get(metrics)  # the only host sync of the loop
         nonfinite_steps = check_finite(step)
-        step_time = (time.perf_counter() - interval_start) / interval_steps
-        loss, grad_norm = float(metrics["loss"]), float(metrics["grad_norm"])
-        record = {"step": step, "loss": loss if math.isfinite(loss) else None,
-                  "perplexity": math.exp(min(loss, 50.0)) if math.isfinite(loss) else None,
-                  "grad_norm": grad_norm, "learning_rate": float(schedule(step - 1)),
-                  "step_time_s": step_time,
-                  "tokens_per_s": config.data.batch_size * config.data.train_len / step_time,
-                  "mfu": flops / step_time / peak}
-        if t.skip_nonfinite_batches:
-          record["skipped_batches"] = nonfinite_steps
-          record["grad_norm"] = grad_norm if math.isfinite(grad_norm) else None
+        record = step_record(
+            step, metrics, step_time=(time.perf_counter() - interval_start) / interval_steps,
+            learning_rate=schedule(step - 1), tokens_per_step=tokens, flops_per_step=flops,
+            peak_flops=peak, skipped_batches=nonfinite_steps if t.skip_nonfinite_batches else None)
         writer.log(record)
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
         interval_start, interval_steps = time.perf_counter(), 0
       if t.eval_every_steps and step % t.eval_every_steps == 0 and step < t.num_steps:
         check_finite(step)
-        bar.write(f"step {step}: "
-                  + describe_validation(validate_fn(step, state["params"]), inputs.loss_unit))
+        bar.write(f"step {step}: {inputs.describe(validate_fn(step, state['params']))}")
         interval_start, interval_steps = time.perf_counter(), 0
-      stop = preempted.is_set() if own_handler else (jax.process_count() > 1
-                                                     and ckpt.reached_preemption(step))
+      stop = preemption.requested(step, ckpt)
       if step % t.checkpoint_every_steps == 0 or step == last_step or stop:
         check_finite(step)  # never save non-finite parameters over good ones
         ckpt.save(step, state)
       if stop:
         break
-  finally:
-    if own_handler:
-      signal.signal(signal.SIGTERM, previous)
   bar.close()
   ckpt.close()
-  if preempted.is_set() or step < last_step:
+  if preemption.signalled.is_set() or step < last_step:
     return state, step, "preempted"
   return state, step, None if step == t.num_steps else "stopped"
 
@@ -355,16 +299,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
   # --- state: resume from the latest checkpoint, else initialise
   tx = make_optimizer(config.train)
-  shardings = state_shardings(tx, spec, mesh)
-  abstract = abstract_with_shardings(
-      {"params": spec.abstract_params, "opt_state": jax.eval_shape(tx.init, spec.abstract_params),
-       "step": jax.ShapeDtypeStruct((), jnp.int32)}, shardings)
+  shardings, abstract = state_shardings(tx, spec, mesh)
   ckpt = TrainCheckpoints(workdir, config, abstract, inputs.train)
   state, resumed = ckpt.restore_latest()
+  state = state if resumed is not None else initial_state(config, spec, tx, shardings)
   if resumed is not None:
     chief_print(f"resumed from the checkpoint at step {resumed} in {workdir}")
-  else:
-    state = initial_state(config, spec, tx, shardings)
   writer = MetricsWriter(workdir, resumed_from=resumed)
 
   # --- the loop
@@ -382,23 +322,17 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                                     writer, validate_fn, mesh)
   if stopped:
     writer.close()
-    if stopped == "preempted":
-      chief_print(f"preempted (SIGTERM) at step {step} of {config.train.num_steps}: checkpoint "
-                  f"saved in {ckpt.directory}; run again to resume")
-      return {"step": step, "preempted": True}
-    chief_print(f"stopped after step {step} of {config.train.num_steps} "
-                "(train.stop_after_step); run again to resume")
-    return {"step": step}
+    n = config.train.num_steps
+    chief_print(f"preempted (SIGTERM) at step {step} of {n}: checkpoint saved in {ckpt.directory}"
+                if stopped == "preempted" else
+                f"stopped after step {step} of {n} (train.stop_after_step)", "; run again to resume",
+                sep="")
+    return {"step": step, **({"preempted": True} if stopped == "preempted" else {})}
 
   # --- final validation, then the suites on the model as trained
   final = validate_fn(step, state["params"])
   writer.close()
-  unit = inputs.loss_unit
-  chief_print(f"final validation loss: {final['val_loss']:.4f} nats/{unit} "
-              f"({final['val_bits_per_byte']:.4f} bits/{unit})")
-  if "val_passkey_answer_nll" in final:
-    chief_print(f"  passkey answer digits: {final['val_passkey_answer_nll']:.4f} nats per digit "
-                f"(chance {math.log(10):.4f}; near 0 once the key is copied from the needle)")
+  chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits)")
   ctx = Context(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
                 extra={"final_validation_loss": final["val_loss"]})
   results = {}

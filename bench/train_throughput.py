@@ -74,7 +74,7 @@ def measure(config, steps: int, peak: float, prefetch: int | None) -> dict:
       docs["train"], tokenizer, train_len=config.data.train_len,
       batch_size=config.data.batch_size, seed=0, prefetch=prefetch))
   tx = train.make_optimizer(config.train)
-  shardings = train.state_shardings(tx, spec, mesh)
+  shardings, _ = train.state_shardings(tx, spec, mesh)
   state = train.initial_state(config, spec, tx, shardings)
   step_fn = train.make_step_fn(config, spec, tx, shardings, mesh, tokenizer.pad_id)
   batch_sharding = sharding.batch_sharding(mesh)

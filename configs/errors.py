@@ -146,3 +146,25 @@ def parse_flags(argv: list[str]) -> list[str]:
     print(f"error: the --config file does not run: {type(e).__name__}: "
           f"{e.msg if isinstance(e, SyntaxError) else e}{where}", file=sys.stderr)
     sys.exit(2)
+
+
+def config_from_flag(config):
+  """The experiment config of a `--config=<file>` flag (ml_collections config_flags).
+
+  config_flags defers a file that failed to load (missing, or raising in get_config) to the
+  first access; this reads it once so that the failure is one line naming --config.
+
+  Args:
+    config: the flag's value (FLAGS.config), or None when the flag was not given.
+
+  Raises:
+    ConfigError: no --config, or its file could not be loaded (the last line of the reason).
+  """
+  if config is None:
+    raise ConfigError("--config is required, e.g. --config=configs/alibi_tiny.py")
+  try:
+    config.to_dict()
+  except OSError as e:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    raise ConfigError(f"--config could not be loaded: {lines[-1] if lines else e}") from None
+  return config

@@ -6,6 +6,7 @@ which kind of data it has."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Iterator
 
 import numpy as np
@@ -67,6 +68,14 @@ class Inputs:
   validation: dict[str, dict[str, np.ndarray]]
   loss_unit: str
   description: str
+
+  def describe(self, record: dict) -> str:
+    """One line of a validation `record` ({name: mean NLL} of `validation`): "validation loss X
+    nats/<loss_unit>" and, for a passkey run, the answer digits' loss against chance (ln 10)."""
+    passkey = record.get("val_passkey_answer_nll")
+    return (f"validation loss {record['val_loss']:.4f} nats/{self.loss_unit}"
+            + (f"; passkey answer digits {passkey:.3f} nats (chance {math.log(10):.3f}; near 0 "
+               "once the key is copied from the needle)" if passkey is not None else ""))
 
 
 def make_inputs(config, docs, tokenizer, *, process_index: int = 0,

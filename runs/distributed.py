@@ -11,6 +11,8 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import signal
+import threading
 
 import jax
 from absl import flags, logging
@@ -109,3 +111,33 @@ def quiet_library_logs() -> None:
   """Shows warnings and errors only (Orbax logs every save at INFO), unless --verbosity is given."""
   if not FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+
+
+class Preemption:
+  """SIGTERM as a request to save a checkpoint and stop (a preemptible VM's or Slurm's notice).
+
+  One process on the main thread installs its own handler, which only sets a flag (restored on
+  exit). Several processes use the checkpoint manager's preemption sync point instead (Orbax
+  `reached_preemption`, which handles the signal itself), so that every process stops at the
+  same step. Use as a context manager around the training loop.
+  """
+
+  def __init__(self):
+    self.signalled = threading.Event()
+    self._own = jax.process_count() == 1 and threading.current_thread() is threading.main_thread()
+    self._previous = None
+
+  def __enter__(self) -> "Preemption":
+    if self._own:
+      self._previous = signal.signal(signal.SIGTERM, lambda *_: self.signalled.set())
+    return self
+
+  def __exit__(self, *exc) -> None:
+    if self._own:
+      signal.signal(signal.SIGTERM, self._previous)
+
+  def requested(self, step: int, checkpoints) -> bool:
+    """Whether to save and stop after `step` (`checkpoints`: runs.checkpoint.TrainCheckpoints)."""
+    if self._own:
+      return self.signalled.is_set()
+    return jax.process_count() > 1 and checkpoints.reached_preemption(step)

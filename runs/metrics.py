@@ -5,9 +5,11 @@ are computed again). (The unit of a run's losses is `data.inputs.token_unit`.)""
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import jax
+import jax.numpy as jnp
 from tensorboardX import SummaryWriter
 
 from eval.files import atomic_write
@@ -50,6 +52,35 @@ def validation_loss_at(workdir: str, step: int) -> dict:
   return found
 
 
+def step_record(step: int, metrics: dict, *, step_time: float, learning_rate: float,
+                tokens_per_step: int, flops_per_step: float, peak_flops: float,
+                skipped_batches: int | None = None) -> dict:
+  """The metrics.jsonl record of a logged training step.
+
+  Args:
+    step: the step just taken; metrics: its host scalars (loss in nats per token, grad_norm).
+    step_time: mean seconds per step since the last record; learning_rate: the rate used.
+    tokens_per_step: batch_size x train_len; flops_per_step: analytic training FLOPs of a step
+      (models.spec.train_flops_per_token); peak_flops: FLOP/s of all devices (for MFU).
+    skipped_batches: with train.skip_nonfinite_batches, the non-finite steps so far (then a
+      non-finite grad_norm is logged as None too).
+
+  Returns:
+    {step, loss, perplexity (None when the loss is not finite), grad_norm, learning_rate,
+    step_time_s, tokens_per_s, mfu[, skipped_batches]}.
+  """
+  loss, grad_norm = float(metrics["loss"]), float(metrics["grad_norm"])
+  record = {"step": step, "loss": loss if math.isfinite(loss) else None,
+            "perplexity": math.exp(min(loss, 50.0)) if math.isfinite(loss) else None,
+            "grad_norm": grad_norm, "learning_rate": float(learning_rate),
+            "step_time_s": step_time, "tokens_per_s": tokens_per_step / step_time,
+            "mfu": flops_per_step / step_time / peak_flops}
+  if skipped_batches is not None:
+    record["skipped_batches"] = skipped_batches
+    record["grad_norm"] = grad_norm if math.isfinite(grad_norm) else None
+  return record
+
+
 class MetricsWriter:
   """Appends records to `<workdir>/metrics.jsonl` and TensorBoard scalars (process 0 only).
 
@@ -86,3 +117,54 @@ class MetricsWriter:
     if self.chief and not self._file.closed:
       self._writer.close()
       self._file.close()
+
+
+class NonFiniteLossError(FloatingPointError):
+  """Training produced a NaN/inf loss or gradient (train.skip_nonfinite_batches=False)."""
+
+
+@jax.jit
+def _note_nonfinite(first: jax.Array, count: jax.Array, nonfinite: jax.Array, step: jax.Array):
+  """(first non-finite step so far or -1, non-finite steps so far) after `step` (int32 scalars)."""
+  bad = nonfinite > 0
+  return jnp.where((first < 0) & bad, step, first), count + bad.astype(jnp.int32)
+
+
+class NonFiniteSteps:
+  """Counts the steps whose loss or gradient norm was NaN/inf, on device (so the training loop
+  never waits for the host), and checks them where the loop syncs anyway.
+
+  Args:
+    skip: train.skip_nonfinite_batches: such steps were skipped by the step function (counted
+      only); False: the first one stops training.
+  """
+
+  def __init__(self, skip: bool):
+    self.skip = skip
+    self.first = jnp.asarray(-1, jnp.int32)  # first non-finite step, -1 = none
+    self.count = jnp.asarray(0, jnp.int32)
+
+  def note(self, nonfinite: jax.Array, step: int) -> None:
+    """Records a step's `nonfinite` metric (float32 scalar, 1.0 when non-finite)."""
+    self.first, self.count = _note_nonfinite(self.first, self.count, nonfinite, step)
+
+  def check(self, at_step: int, last_good: int | None, directory: str) -> int:
+    """The non-finite steps so far.
+
+    Args:
+      at_step: the step reached; last_good: the newest committed checkpoint (or None) in
+        `directory` (for the message).
+
+    Raises:
+      NonFiniteLossError: a non-finite step happened and `skip` is False; names the step and
+        the last good checkpoint that a rerun resumes from.
+    """
+    bad, count = (int(x) for x in jax.device_get((self.first, self.count)))
+    if bad >= 0 and not self.skip:
+      raise NonFiniteLossError(
+          f"non-finite loss or gradient at step {bad} (stopped at step {at_step}, nothing saved "
+          f"after it); last good checkpoint: "
+          + (f"step {last_good} in {directory}" if last_good is not None else "none")
+          + "; rerun resumes from it (lower train.learning_rate, or set "
+          "train.skip_nonfinite_batches=True to skip such batches)")
+    return count
