@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from configs.errors import ConfigError
+from data.tokenizers import SentencePieceTokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -576,7 +577,6 @@ def check_prepared_tokenizer(manifest: dict, tokenizer, directory: str) -> None:
     ConfigError: another kind of tokenizer, another SentencePiece model (sha256) or another
       vocabulary size; names `data.tokenizer` and the value to set.
   """
-  from data.tokenizers import SentencePieceTokenizer  # local import: tokenizers imports numpy only
   t = manifest["tokenizer"]
   want = (f"'sentencepiece:{os.path.join(directory, t['model'])}'" if t["kind"] == "sentencepiece"
           else "'byte'")

@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from configs.errors import ConfigError
+
 
 def checked_ids(ids, vocab_size: int) -> np.ndarray:
   """`ids` ([n] ints, any shape) as int64 [n], checked to lie in [0, vocab_size).
@@ -106,7 +108,6 @@ class SentencePieceTokenizer:
       configs.errors.ConfigError: the file is missing or not a SentencePiece model, or the
         model lacks a BOS, EOS or PAD id (naming `data.tokenizer`).
     """
-    from configs.errors import ConfigError
     self.model_path = model_path
     try:
       if model_proto is None:
@@ -124,8 +125,7 @@ class SentencePieceTokenizer:
                         "(or SentencePieceTrainer with bos_id, eos_id and pad_id set)")
 
   def _load(self, proto: bytes) -> None:
-    from configs.errors import ConfigError
-    import sentencepiece as spm
+    import sentencepiece as spm  # optional at import time: byte-level runs never load it
     sp = spm.SentencePieceProcessor()
     try:
       sp.LoadFromSerializedProto(proto)
@@ -240,7 +240,6 @@ def get_tokenizer(name: str) -> Tokenizer:
     configs.errors.ConfigError: an unknown name (listing the valid forms), or a SentencePiece
       model that cannot be read (see `SentencePieceTokenizer`).
   """
-  from configs.errors import ConfigError  # local import: configs imports nothing from data
   if isinstance(name, str) and name.startswith(SENTENCEPIECE_PREFIX):
     path = name[len(SENTENCEPIECE_PREFIX):]
     if not path:

@@ -218,7 +218,7 @@ def plot(result: dict, path: str) -> None:
   """Exact match and token accuracy vs instance size, the largest training size marked.
 
   Args:
-    result: an algorithmic result dict (`run_suite`): "rows" with size, exact_match,
+    result: an algorithmic result dict (eval/suites/algorithmic.py): "rows" with size, exact_match,
       token_accuracy; "task", "scheme", "train_max_size", "step".
     path: output .png path (written atomically).
   """

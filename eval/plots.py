@@ -80,7 +80,7 @@ def plot_loss_by_position(result: dict, path: str) -> None:
   come from each document's first window only.
 
   Args:
-    result: a `loss_by_position` result dict (see train.evaluate_ppl): needs "rows", each with
+    result: a `loss_by_position` result dict (eval/suites/perplexity.py): needs "rows", each with
       "length" and "bins" (start, end exclusive, tokens, nll in nats per token), "train_len", and
       optionally "scheme", "protocol", "stride", "split" and "step".
     path: output .png path (written atomically).
@@ -159,7 +159,7 @@ def plot_attention_statistics(result: dict, path: str) -> None:
   probability on the window's BOS (the sink) per layer.
 
   Args:
-    result: an `attention` result dict (eval/attention_stats.run_suite): "rows" with "length",
+    result: an `attention` result dict (eval/suites/attention.py): "rows" with "length",
       "entropy_by_layer", "sink_mass_by_layer", "entropy_uniform" (skipped rows have
       "skipped"), "train_len", and optionally "scheme", "extension", "split", "step".
     path: output .png path (written atomically).

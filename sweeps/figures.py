@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib import ticker
 from matplotlib.colors import LogNorm
 
+from eval import suites as suites_registry
 from eval.plots import RETRIEVAL_CMAP, length_axis, subplots
 from sweeps.collect import configuration_columns, runs_newer_than, summarize
 
@@ -497,12 +498,49 @@ def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
   return fig
 
 
+# Suites drawn by the figures above; any other registered suite with a `metric` gets
+# `fig_metric_vs_length` in the report.
+DRAWN_SUITES = ("ppl_vs_length", "loss_by_position", "passkey", "needle", "attention",
+                "algorithmic")
+
+
+@_any_table
+def fig_metric_vs_length(frame, suite: str):
+  """A registered suite's headline metric (its `Suite.metric` column) vs length per scheme and
+  extension, mean over seeds with a min..max band: the report's figure of a suite that has no
+  figure of its own.
+
+  Returns:
+    A Figure, or None if the suite declares no metric or the table has no such rows.
+
+  Raises:
+    ValueError: `suite` is not registered (eval/suites/).
+  """
+  _check("suite", suite, list(suites_registry.REGISTRY))
+  metric = suites_registry.REGISTRY[suite].metric
+  rows = _suite(frame, suite, None, None)
+  if metric is None or rows.empty or metric not in rows:
+    return None
+  bands = _mean_band(rows, "length", metric)
+  if not bands:
+    return None
+  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  _plot_bands(ax, bands)
+  length_axis(ax, _train_len(rows))
+  ax.set_ylabel(suites_registry.REGISTRY[suite].metric_label or metric)
+  ax.set_title(f"{suite}: {metric} vs length; mean over seeds, band = min..max", fontsize=9)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
 @_any_table
 def study_figures(frame) -> list[tuple[str, str, object]]:
   """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length
   per protocol (models as trained, then with eval-time extensions beside their base scheme),
   loss by position at the longest length, passkey / needle heatmap grids and accuracy vs
-  length, attention diagnostics, algorithmic accuracy by size. sweeps/report.py embeds them."""
+  length, attention diagnostics, algorithmic accuracy by size, and the metric of any other
+  registered suite (`fig_metric_vs_length`). sweeps/report.py embeds them."""
   protocols = [p for p in ("non_overlapping", "sliding")
                if ((frame["suite"] == "ppl_vs_length") & (frame.get("protocol") == p)).any()]
   figures = []
@@ -522,6 +560,10 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
                fig_attention_vs_length(frame)),
               ("algorithmic", "Algorithmic tasks: exact match by instance size",
                fig_algorithmic(frame))]
+  for suite in suites_registry.REGISTRY:
+    if suite not in DRAWN_SUITES and (frame["suite"] == suite).any():
+      figures.append((f"{suite}_vs_length", f"{suite}: {suites_registry.REGISTRY[suite].metric} "
+                      "vs length", fig_metric_vs_length(frame, suite)))
   return [(i, caption, fig) for i, caption, fig in figures if fig is not None]
 
 

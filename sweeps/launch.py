@@ -66,6 +66,7 @@ from typing import Callable, Sequence
 from absl import app, flags, logging
 
 from configs.errors import ConfigError, parse_flags
+from eval.files import atomic_write
 from sweeps import workdirs
 from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
     validate_run
@@ -229,7 +230,6 @@ def write_text(path: str, text: str) -> None:
     from etils import epath
     epath.Path(path).write_text(text)
     return
-  from eval.files import atomic_write
   def write(tmp):
     with open(tmp, "w") as f:
       f.write(text)

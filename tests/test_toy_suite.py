@@ -4,6 +4,7 @@ eval.run and collected by sweeps.collect, with no other edit."""
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -60,7 +61,7 @@ def test_a_registered_suite_is_checked_run_and_collected(toy_suite, text_corpus,
   c.train.num_steps, c.train.checkpoint_every_steps = 2, 2
   c.eval.length_multipliers = (1.0, 2.0)
   workdir = tmp_path / "study" / "run"
-  train.train_and_evaluate(c, str(workdir))
+  train.train_and_evaluate(c, str(workdir), jax.devices()[:1])
 
   c.eval.suites = "window_count"
   assert eval_suites(c) == ["window_count"]  # the registry is the list of names

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 import jax
 
+from data.tokenizers import get_tokenizer
 from eval.files import write_json
 
 TEXT, TASK = "text", "task"  # what a run trains on: the text corpus, or an algorithmic task
@@ -32,8 +33,8 @@ class Context:
     mesh: the device Mesh.
     params: the parameter pure dict, in the spec's shardings.
     step: the checkpoint's training step (recorded in every result).
-    docs: the corpus splits {"train", "validation", "test"} ({} for a task run).
-    tokenizer: the run's tokenizer (data/tokenizers.py).
+    docs: the corpus splits {"train", "validation", "test"} ({} for a task run, the default).
+    tokenizer: the run's tokenizer (data/tokenizers.py); None = the one `config` names.
     suffix: appended to file names: "" as trained, `models.extensions.extension_suffix` for an
       eval-time extension.
     extra: fields added to the primary result (e.g. final_validation_loss, nats per token).
@@ -45,10 +46,14 @@ class Context:
   mesh: Any
   params: Any
   step: int
-  docs: Mapping[str, Any]
-  tokenizer: Any
+  docs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  tokenizer: Any = None
   suffix: str = ""
   extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if self.tokenizer is None:
+      object.__setattr__(self, "tokenizer", get_tokenizer(self.config.data.tokenizer))
 
 
 class Suite:
@@ -62,6 +67,9 @@ class Suite:
     per_protocol: its results depend on eval.protocol / eval.stride / eval.split /
       eval.max_tokens_per_length / eval.position_bins (the perplexity suites).
     section: the `eval.<section>` settings it reads (passkey, needle, attention), or None.
+    metric: the column of its `rows` that a study report plots against length for a suite
+      without a figure of its own (sweeps/figures.py), or None; metric_label: its axis label,
+      with the unit.
   """
 
   names: tuple[str, ...] = ()
@@ -69,6 +77,8 @@ class Suite:
   in_training: bool = False
   per_protocol: bool = False
   section: str | None = None
+  metric: str | None = None
+  metric_label: str = ""
 
   def check(self, config, *, spec=None, docs=None, tokenizer=None,
             explicit_lengths: bool = False) -> list[str]:
