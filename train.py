@@ -47,6 +47,7 @@ def define_flags() -> None:
 
 
 def main(argv):
+  """`python train.py --config=... --workdir=...`: exit 2 on bad input, 1 on a non-finite loss."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   distributed.quiet_library_logs()
@@ -192,19 +193,21 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
   and on SIGTERM (runs.distributed.Preemption: saved, then the next start resumes).
 
   Returns:
-    (state, step reached, None when num_steps was reached, else "preempted" or "stopped").
+    (state, step reached, None when num_steps was reached, else why it stopped: preempted or
+    train.stop_after_step).
 
   Raises:
     NonFiniteLossError: a NaN/inf loss or gradient without train.skip_nonfinite_batches
       (nothing is saved after it; the message names the last good checkpoint).
   """
-  t, chief = config.train, jax.process_index() == 0
+  t = config.train
   last_step = t.num_steps if t.stop_after_step < 0 else min(t.num_steps, t.stop_after_step)
   tokens = config.data.batch_size * config.data.train_len  # per step
   flops = train_flops_per_token(config) * tokens
   peak = (t.peak_flops_per_device or measure_peak_flops()) * mesh.devices.size
   schedule, batch_sharding = make_lr_schedule(t), sharding.batch_sharding(mesh)
-  bar = tqdm(total=t.num_steps, initial=step, desc="train", disable=not chief, dynamic_ncols=True)
+  bar = tqdm(total=t.num_steps, initial=step, desc="train", disable=jax.process_index() > 0,
+             dynamic_ncols=True)
   interval_start, interval_steps = time.perf_counter(), 0
   nonfinite = NonFiniteSteps(t.skip_nonfinite_batches)
 
@@ -248,8 +251,10 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
   bar.close()
   ckpt.close()
   if preemption.signalled.is_set() or step < last_step:
-    return state, step, "preempted"
-  return state, step, None if step == t.num_steps else "stopped"
+    return state, step, (f"preempted (SIGTERM) at step {step} of {t.num_steps}: checkpoint saved "
+                         f"in {ckpt.directory}")
+  return state, step, (None if step == t.num_steps else
+                       f"stopped after step {step} of {t.num_steps} (train.stop_after_step)")
 
 
 # ---------------------------------------------------------------------------- the run
@@ -264,9 +269,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     devices: devices of the mesh (default: all, `jax.devices()`).
 
   Returns:
-    {"step", "val_loss" (nats per token; per answer token for a task), and each result the
-    suites wrote by name (ppl_vs_length, loss_by_position, passkey, ..., algorithmic)}, plus
-    "val_passkey_answer_nll" for a passkey run; {"step", "preempted": True} after SIGTERM.
+    {"step", "val_loss" (nats per token; per answer token for a task), each suite's primary
+    result by name (ppl_vs_length, passkey, needle, attention; algorithmic for a task), and
+    "val_passkey_answer_nll" for a passkey run}; {"step", "preempted": True} after SIGTERM.
 
   Raises:
     ConfigError: bad config field, workdir, mesh or data, before anything is compiled.
@@ -309,11 +314,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
   # --- the loop
   nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
-  eval_batch = max(1, config.eval.batch_tokens // config.data.train_len)
 
   def validate_fn(step: int, params) -> dict:
-    record = {"step": step, **perplexity.score_validation(nll_fn, params, inputs.validation,
-                                                          batch_size=eval_batch, mesh=mesh)}
+    record = {"step": step, **perplexity.score_validation(
+        nll_fn, params, inputs.validation, batch_tokens=config.eval.batch_tokens, mesh=mesh)}
     writer.log(record)
     return record
 
@@ -322,12 +326,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                                     writer, validate_fn, mesh)
   if stopped:
     writer.close()
-    n = config.train.num_steps
-    chief_print(f"preempted (SIGTERM) at step {step} of {n}: checkpoint saved in {ckpt.directory}"
-                if stopped == "preempted" else
-                f"stopped after step {step} of {n} (train.stop_after_step)", "; run again to resume",
-                sep="")
-    return {"step": step, **({"preempted": True} if stopped == "preempted" else {})}
+    chief_print(f"{stopped}; run again to resume")
+    return {"step": step, **({"preempted": True} if stopped.startswith("preempted") else {})}
 
   # --- final validation, then the suites on the model as trained
   final = validate_fn(step, state["params"])

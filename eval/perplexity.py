@@ -413,7 +413,7 @@ __all__ = ["PROTOCOLS", "WindowScores", "check_lengths", "evaluation_windows", "
 
 
 def score_validation(nll_fn: Callable, params, validation: dict[str, dict[str, np.ndarray]], *,
-                     batch_size: int, mesh) -> dict[str, float]:
+                     batch_tokens: int, mesh) -> dict[str, float]:
   """Mean NLL of every named validation set (data.inputs.Inputs.validation), nats per weighted
   target, and `val_bits_per_byte` (val_loss / ln 2; bits per token under SentencePiece).
 
@@ -421,10 +421,12 @@ def score_validation(nll_fn: Callable, params, validation: dict[str, dict[str, n
     nll_fn: `make_nll_fn`'s function; params: the parameter pure dict.
     validation: {name: windows, int32 [n, train_len] inputs, targets, positions, segment_ids
       (+ float32 weights)}.
-    batch_size: windows per forward batch; mesh: the device mesh.
+    batch_tokens: tokens per forward batch (eval.batch_tokens; at least one window);
+    mesh: the device mesh.
   """
   record = {}
   for name, windows in validation.items():
+    batch_size = max(1, batch_tokens // windows["inputs"].shape[1])
     total, count = score_windows(nll_fn, params, windows, batch_size=batch_size, mesh=mesh)
     record[name] = total / count
     if name == "val_loss":

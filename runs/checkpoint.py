@@ -17,6 +17,7 @@ from typing import Any, Callable
 import grain
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.experimental import multihost_utils
 
 from configs.errors import ConfigError
@@ -164,3 +165,14 @@ def restore_params(workdir: str, config, spec: ModelSpec, step: int | None = Non
   finally:
     mngr.close()
   return restored["state"]["params"], step
+
+
+def committed_steps(workdir: str) -> list[int]:
+  """Steps of the committed Orbax checkpoints in `<workdir>/checkpoints` ([] if none), for a
+  local or a bucket (`gs://...`) workdir, without opening a checkpoint manager.
+
+  Raises:
+    OSError (or the bucket library's error): the workdir cannot be read.
+  """
+  path = epath.Path(workdir) / "checkpoints"
+  return sorted(ocp.utils.checkpoint_steps(path)) if path.exists() else []

@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Any
 
 import jax
+from etils import epath
 
 from configs import base as base_config
 from configs.errors import ConfigError
@@ -116,3 +118,27 @@ def write_run_config(workdir: str, config, **fields) -> None:
   if jax.process_index() == 0:
     write_json(os.path.join(workdir, CONFIG_FILE),
                {"config": config.to_dict(), "config_hash": config_hash(config), **fields})
+
+
+def read_results(workdir: str, skipped: list[str] | None = None
+                 ) -> list[tuple[str, dict[str, Any]]]:
+  """Every result JSON in `<workdir>/eval/` as (file name, parsed dict), sorted by name.
+
+  Files that are not JSON objects with a `suite` (half-written by another tool, or foreign) are
+  left out, and their names appended to `skipped` if given; train.py and eval.run write theirs
+  atomically (eval/files.py). Local and bucket (`gs://...`) workdirs alike.
+  """
+  folder = epath.Path(workdir) / "eval"
+  if not folder.exists():
+    return []
+  out = []
+  for path in sorted(folder.glob("*.json"), key=lambda p: p.name):
+    try:
+      result = json.loads(path.read_text())
+    except (OSError, ValueError):
+      result = None
+    if isinstance(result, dict) and isinstance(result.get("suite"), str):
+      out.append((path.name, result))
+    elif skipped is not None:
+      skipped.append(path.name)
+  return out

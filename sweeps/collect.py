@@ -53,8 +53,8 @@ from configs.errors import ConfigError, parse_flags
 from eval import suites as suites_registry
 from eval.files import atomic_write
 from runs.metrics import read_metrics
+from runs.workdir import read_results
 from sweeps.study import result_key
-from sweeps.workdirs import read_results
 
 SUMMARY_MULTIPLIERS = (1, 2, 4, 8, 16)
 STANDARD_FIELDS = {"model.position.kind": "scheme", "seed": "seed", "data.train_len": "train_len",

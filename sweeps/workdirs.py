@@ -1,18 +1,17 @@
-"""What a run's workdir holds: finished checkpoints, result JSONs, and so what is left to run.
+"""What is left to run of a study's run, from what its workdir holds: committed checkpoints
+(runs.checkpoint.committed_steps) and result JSONs (runs.workdir.read_results).
 
-Paths go through `etils.epath` (Orbax's path library), so local folders and `gs://` buckets are
-read alike (a bucket needs gcsfs or TensorFlow installed, as for Orbax).
+Those read paths through `etils.epath` (Orbax's path library), so local folders and `gs://`
+buckets are read alike (a bucket needs gcsfs or TensorFlow installed, as for Orbax).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-from typing import Any
 
-from etils import epath
-
+from runs.checkpoint import committed_steps
+from runs.workdir import read_results
 from sweeps.study import EvalCommand, ResultKey, Run, result_key
 
 
@@ -24,41 +23,6 @@ def is_remote(path: str) -> bool:
 def join(root: str, *parts: str) -> str:
   """`root/part/...` for local and bucket paths alike (bucket paths keep their `//`)."""
   return "/".join([root.rstrip("/"), *parts]) if is_remote(root) else os.path.join(root, *parts)
-
-
-def finished_steps(workdir: str) -> list[int]:
-  """Steps of the finalized Orbax checkpoints in `<workdir>/checkpoints` ([] if none).
-
-  Raises:
-    OSError (or the bucket library's error): the workdir cannot be read.
-  """
-  import orbax.checkpoint as ocp  # here: a heavy import only the launcher needs
-  path = epath.Path(workdir) / "checkpoints"
-  return sorted(ocp.utils.checkpoint_steps(path)) if path.exists() else []
-
-
-def read_results(workdir: str, skipped: list[str] | None = None
-                 ) -> list[tuple[str, dict[str, Any]]]:
-  """Every result JSON in `<workdir>/eval/` as (file name, parsed dict), sorted by name.
-
-  Files that are not JSON objects with a `suite` (half-written by another tool, or foreign) are
-  left out, and their names appended to `skipped` if given; train.py and eval.run write theirs
-  atomically (eval/files.py).
-  """
-  folder = epath.Path(workdir) / "eval"
-  if not folder.exists():
-    return []
-  out = []
-  for path in sorted(folder.glob("*.json"), key=lambda p: p.name):
-    try:
-      result = json.loads(path.read_text())
-    except (OSError, ValueError):
-      result = None
-    if isinstance(result, dict) and isinstance(result.get("suite"), str):
-      out.append((path.name, result))
-    elif skipped is not None:
-      skipped.append(path.name)
-  return out
 
 
 def present_results(workdir: str, step: int) -> set[ResultKey]:
@@ -105,7 +69,7 @@ def run_state(run: Run, workdir: str) -> RunState:
   checkpoint, or only re-evaluates when training is done), and each eval.run invocation runs
   that has a missing result (all of them after a (re)training).
   """
-  trained = run.num_steps in finished_steps(workdir)
+  trained = run.num_steps in committed_steps(workdir)
   present = present_results(workdir, run.num_steps) if trained else set()
   missing = tuple(k for k in run.results if k not in present)
   train = not trained or any(k in missing for k in run.train_results)
@@ -113,5 +77,4 @@ def run_state(run: Run, workdir: str) -> RunState:
   return RunState(trained, missing, train, evals)
 
 
-__all__ = ["RunState", "finished_steps", "is_remote", "join", "present_results", "read_results",
-           "run_state"]
+__all__ = ["RunState", "is_remote", "join", "present_results", "run_state"]

@@ -14,8 +14,9 @@ import pytest
 from conftest import tiny_config, write_config_file
 from configs import base
 from configs.validate import ConfigError
-from sweeps import collect, launch, study as study_lib, workdirs
+from sweeps import collect, launch, study as study_lib
 from sweeps.study import Study, StudyError, cross, product, zip_
+from runs import checkpoint as run_ckpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The launcher's children must see one CPU device (the tests' XLA_FLAGS ask for 8).
@@ -315,7 +316,7 @@ def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tm
   assert "2 runs, 2 to run" in first.stdout and "2 of 2 launched runs succeeded" in first.stdout
   seed0, seed1 = (os.path.join(root, "mini", f"seed={i}") for i in (0, 1))
   for workdir in (seed0, seed1):
-    assert workdirs.finished_steps(workdir) == [4]
+    assert run_ckpt.committed_steps(workdir) == [4]
     assert sorted(os.listdir(os.path.join(workdir, "eval"))) == [
         "loss_by_position.json", "loss_by_position.png", "ppl_vs_length.json",
         "ppl_vs_length.png"]
