@@ -217,9 +217,13 @@ def skipped_lengths(config, spec) -> tuple[list[int], str]:
     spec: its models.spec.ModelSpec (max_position, max_position_hint).
   """
   skip = unrepresentable(eval_lengths(config), spec.max_position)
-  reason = (f"model.position.kind={config.model.position.kind!r} represents positions < "
-            f"{spec.max_position} only ({spec.max_position_hint})")
-  return skip, reason
+  return skip, unrepresentable_reason(config, spec)
+
+
+def unrepresentable_reason(config, spec) -> str:
+  """Why a length or size beyond `spec.max_position` positions is skipped (the scheme's hint)."""
+  return (f"model.position.kind={config.model.position.kind!r} represents positions < "
+          f"{spec.max_position} only ({spec.max_position_hint})")
 
 
 def resolve_stride(length: int, protocol: str, stride: int) -> int:

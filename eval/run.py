@@ -96,7 +96,7 @@ def eval_config(workdir: str, config=None, length_multipliers=None, split=None):
   """The run's config with the eval.* overrides, checked to keep the checkpoint's model.
 
   Returns:
-    (config, run_config, {extension: changed eval-time parameters}).
+    (config, {extension: the eval-time parameters overridden for it}).
 
   Raises:
     ConfigError: a model field or train_len changed, a bad eval-time parameter override, or
@@ -167,12 +167,12 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
                    explicit_lengths=length_multipliers is not None)
   first = plan.evaluations[0]
   params, step = restore_params(workdir, first.config, first.spec, step)
-  results = {}
+  results, extra = {}, validation_loss_at(workdir, step)
   for ev in plan.evaluations:
     suffix = extensions.extension_suffix(ev.extension, config.eval.factor,
                                          config.eval.get("window", -1), changed.get(ev.extension))
     ctx = Context(ev.config, workdir, ev.spec, mesh, params, step, docs, tokenizer, suffix,
-                  extra=validation_loss_at(workdir, step))
+                  extra=extra)
     for suite in plan.suites:
       results.update(suite.run(ctx))
   ppl = [v for v in results.values() if v["suite"] == "ppl_vs_length"]

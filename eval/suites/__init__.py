@@ -21,17 +21,6 @@ REGISTRY: dict[str, Suite] = {name: suite for suite in (
 ) for name in suite.names}
 
 
-def get(name: str) -> Suite:
-  """The suite that writes results named `name` (a result JSON's `suite` field).
-
-  Raises:
-    ConfigError: no registered suite has that name.
-  """
-  if name not in REGISTRY:
-    raise ConfigError(f"eval suite {name!r} is not registered; choose one of {list(REGISTRY)}")
-  return REGISTRY[name]
-
-
 def unique(suites) -> list[Suite]:
   """`suites` without repeats (perplexity answers two names), in order."""
   out = []
@@ -98,5 +87,5 @@ def result_names(suites) -> list[str]:
   return [name for s in suites for name in s.names]
 
 
-__all__ = ["REGISTRY", "TASK", "TEXT", "Context", "Suite", "data_kind", "for_run", "get",
+__all__ = ["REGISTRY", "TASK", "TEXT", "Context", "Suite", "data_kind", "for_run",
            "requested_names", "result_names", "unique", "write_result"]

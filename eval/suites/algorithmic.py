@@ -8,7 +8,7 @@ import numpy as np
 
 from configs.errors import ConfigError
 from data import tasks
-from eval import algorithmic
+from eval import algorithmic, perplexity
 from eval.suites.base import TASK, Context, Suite, write_result
 from models import extensions
 from runs.workdir import config_hash
@@ -37,8 +37,7 @@ class Algorithmic(Suite):
     t = config.data.task
     task = tasks.get_task(t.name)
     kind = config.model.position.kind
-    reason = (f"model.position.kind={kind!r} represents positions < {spec.max_position} only "
-              f"({spec.max_position_hint})")
+    reason = perplexity.unrepresentable_reason(config, spec)
     rows = algorithmic.evaluate_sizes(
         algorithmic.make_score_fn(spec.graphdef, ctx.mesh), ctx.params, task,
         range(1, t.eval_max_size + 1), examples_per_size=t.eval_examples_per_size,
