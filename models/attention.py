@@ -19,7 +19,7 @@ from flax import nnx
 
 from models.kernels import flash
 from models.kernels.spec import KernelSpec
-from models.position_transforms import PositionTransform
+from models.position_transforms import PositionTransform, attention_temperature_scale
 from models.positions import Dims, PositionalScheme
 
 
@@ -165,13 +165,16 @@ class Attention(nnx.Module):
 
   def __init__(self, dims: Dims, layer: int, *, dtype, rngs: nnx.Rngs, chunk: int = 0,
                window: int = 0, logn_scaling: bool = False,
-               transform: PositionTransform = PositionTransform()):
+               transform: PositionTransform = PositionTransform(), temperature: str = ""):
     """Args:
       dims: model sizes; layer: this block's index (passed to the scheme's hooks).
       chunk: query chunk length in tokens for long sequences (0 = never chunk).
       window: sliding-window size in tokens for this layer (0 = full causal attention).
       logn_scaling: scale queries by log(n) / log(train_len), n = position + 1 (see `logn_scale`).
       transform: eval-time position-id transform (models/position_transforms.py); default none.
+      temperature: eval-time attention temperature of this layer, a form of
+        `position_transforms.TEMPERATURE_FORMS` ("" = none): queries times
+        `attention_temperature_scale(positions, train_len, temperature)`, 1 up to train_len.
     """
     init = nnx.initializers.normal(dims.init_std)
     out_init = nnx.initializers.normal(dims.init_std / np.sqrt(2 * dims.num_layers))
@@ -189,6 +192,8 @@ class Attention(nnx.Module):
     self.window = window
     self.logn_train_len = dims.train_len if logn_scaling else 0
     self.transform = transform
+    self.temperature = temperature
+    self.temperature_train_len = dims.train_len
     self.impl = dims.attention_impl  # "xla" | "pallas" (model.attention_impl)
 
   def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
@@ -295,12 +300,17 @@ class Attention(nnx.Module):
 
   def _rotate(self, q, k, positions, k_positions, scheme):
     """[(q, k) rotated by the scheme, and its branch] per branch of the position transform,
-    queries log-n scaled when configured."""
+    queries log-n scaled (model.logn_scaling) and temperature scaled (the eval-time attention
+    temperature) when configured, both from the true query positions."""
     out = []
     for br in self.transform.branches(positions, k_positions):
       qr, kr = scheme.rotate(q, k, br.q_positions, br.k_positions, self.layer)
       if self.logn_train_len:
         qr = qr * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(qr.dtype)
+      if self.temperature:
+        scale = attention_temperature_scale(positions, self.temperature_train_len,
+                                            self.temperature)
+        qr = qr * scale[:, :, None, None].astype(qr.dtype)
       out.append((qr, kr, br))
     return out
 
@@ -339,8 +349,9 @@ class Attention(nnx.Module):
 
     None when attention_impl is "xla"; otherwise, when the kernel cannot compute this call, None
     after logging the reason once per process (absl warning): a KV cache (queries and keys of
-    different lengths), a sliding window, log-n scaling, an eval-time position transform, a
-    scheme without a kernel form (`PositionalScheme.kernel_spec`), or a spec the backend's
+    different lengths), a sliding window, log-n scaling, the attention temperature (a per-query
+    scale the kernel has no field for), an eval-time position transform, a scheme without a kernel
+    form (or with options it cannot take, e.g. LongRoPE's keep_first) (`PositionalScheme.kernel_spec`), or a spec the backend's
     kernel cannot take (`flash.unsupported_reason`).
     """
     if self.impl != "pallas":
@@ -351,6 +362,9 @@ class Attention(nnx.Module):
       reason = f"sliding-window layer (window {self.window})"
     elif self.logn_train_len:
       reason = "model.logn_scaling"
+    elif self.temperature:
+      reason = (f"the attention temperature (model.position.attention_temperature, form "
+                f"{self.temperature!r}: a per-query scale)")
     elif self.transform.kind != "none":
       reason = f"position transform {self.transform.kind!r}"
     else:

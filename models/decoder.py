@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from models import positions
+from configs.errors import ConfigError
+from models import position_transforms, positions
 from models.attention import Attention, KVCache
 from models.position_transforms import PositionTransform
 from models.positions import Dims
@@ -70,11 +71,12 @@ class Block(nnx.Module):
 
   def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
                attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False,
-               transform: PositionTransform = PositionTransform()):
+               transform: PositionTransform = PositionTransform(), temperature: str = ""):
     self.attn_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
                                  param_dtype=dims.param_dtype, rngs=rngs)
     self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk,
-                               window=window, logn_scaling=logn_scaling, transform=transform)
+                               window=window, logn_scaling=logn_scaling, transform=transform,
+                               temperature=temperature)
     self.mlp_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
                                 param_dtype=dims.param_dtype, rngs=rngs)
     self.mlp = MLP(dims, mlp_dim, activation, dtype=dtype, rngs=rngs)
@@ -105,21 +107,30 @@ class Decoder(nnx.Module):
   def __init__(self, config, *, rngs: nnx.Rngs):
     """config: the experiment ConfigDict (model section + data.train_len).
 
+    The positional scheme is kept as `self.position` (the one object every layer's attention
+    calls; e.g. `RoPE.set_search_frequencies` is called on it).
+
     Raises:
-      ConfigError: for an unknown or invalid positional scheme (see `positions.build`).
+      ConfigError: for an unknown or invalid positional scheme (see `positions.build`), a bad
+        position transform or attention temperature (models/position_transforms.py), or the
+        attention temperature together with model.logn_scaling (both scale the queries).
     """
     m = config.model
     dims = Dims.from_config(config)
     self.dtype = jnp.dtype(m.dtype)
     self.position = positions.build(m.position, dims, rngs=rngs)
     transform = PositionTransform.from_config(m.position, dims.train_len)
+    temperature = position_transforms.temperature_forms(m.position, m.num_layers, dims.train_len)
+    if any(temperature) and m.logn_scaling:
+      raise ConfigError("model.position.attention_temperature cannot be combined with "
+                        "model.logn_scaling=True (both scale the queries by log n)")
     self.embedding = nnx.Param(
         nnx.initializers.normal(m.init_std)(rngs.params(), (m.vocab_size, m.d_model), m.param_dtype),
         logical_axes=("vocab", "embed"))
     self.blocks = nnx.List([
         Block(dims, i, m.mlp_dim, m.mlp_activation, dtype=self.dtype, rngs=rngs,
               attention_chunk=m.attention_chunk, window=layer_window(m, i),
-              logn_scaling=m.logn_scaling, transform=transform)
+              logn_scaling=m.logn_scaling, transform=transform, temperature=temperature[i])
         for i in range(m.num_layers)])
     self.num_heads, self.head_dim = dims.num_heads, dims.head_dim
     self.final_norm = nnx.RMSNorm(m.d_model, epsilon=1e-6, dtype=jnp.float32,

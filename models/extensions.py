@@ -5,14 +5,19 @@ model is built, so the trained parameters restore into it unchanged (no method a
 `apply_extension(config, "yarn", 4.0)` returns such a copy. The methods themselves live with
 the code that computes them:
 
-  pi, ntk, dynamic_ntk, yarn, abf
+  pi, ntk, dynamic_ntk, yarn, abf, llama3, longrope
                `model.position.rope_scaling` (models/rope_scaling.py: the frequency maths and
                papers; read by models/positions/rope.py).
   alibi_interpolation
                `model.position.alibi_interpolation` (models/positions/alibi.py).
   self_extend, string, lm_infinite
                `model.position.position_transform`, position-id transforms of relative schemes
-               (models/position_transforms.py).
+               (models/position_transforms.py); string also STRING's optional attention factor
+               (`string_attention_factor`, RoPE only).
+  attention_temperature
+               `model.position.attention_temperature`: queries times max(1, log n / log L) (or
+               YaRN's form) beyond train_len, any scheme (models/position_transforms.py; applied
+               by models/attention.py).
 
 Adding an extension: one `Extension` entry in `EXTENSIONS` (with a new `apply` function if no
 existing one sets its fields), and a test.
@@ -26,7 +31,9 @@ from typing import Callable
 import ml_collections
 
 from configs.errors import ConfigError
-from models import position_transforms, positions
+import zlib
+
+from models import position_transforms, positions, rope_scaling
 from models.rope_scaling import DEFAULTS, USES_FACTOR, is_number
 
 __all__ = ["EXTENSIONS", "EXTENSION_PARAMS", "TRANSFORM_WINDOWS", "USES_FACTOR", "Extension",
@@ -75,7 +82,9 @@ class Extension:
 
 
 def _rope_scaling(pos, extension: str, factor: float, window: int, train_len: int) -> None:
-  """pi / ntk / yarn: rope_scaling=<name>, rope_scaling_factor=factor; dynamic_ntk, abf: the name."""
+  """pi / ntk / yarn / llama3 / longrope: rope_scaling=<name>, rope_scaling_factor=factor;
+  dynamic_ntk, abf: the name. Fields absent from the run's config take `DEFAULTS` (for yarn_ramp
+  the value runs made before the field used, `rope_scaling.LEGACY_DEFAULTS`)."""
   del window, train_len
   trained = pos.get("rope_scaling", "none")
   if trained != "none":
@@ -87,7 +96,7 @@ def _rope_scaling(pos, extension: str, factor: float, window: int, train_len: in
   pos.rope_scaling = extension
   if extension in USES_FACTOR:
     pos.rope_scaling_factor = float(factor)
-  for name in ("rope_scaling_train_len", "yarn_alpha", "yarn_beta", "abf_theta"):
+  for name in rope_scaling.CONFIG_FIELDS:
     if name not in pos:
       pos[name] = DEFAULTS[name]
 
@@ -95,6 +104,17 @@ def _rope_scaling(pos, extension: str, factor: float, window: int, train_len: in
 def _alibi_interpolation(pos, extension: str, factor: float, window: int, train_len: int) -> None:
   del extension, factor, window, train_len
   pos.alibi_interpolation = True
+
+
+def _attention_temperature(pos, extension: str, factor: float, window: int,
+                           train_len: int) -> None:
+  """attention_temperature=True, with the configured form and layers."""
+  del extension, factor, window
+  for name, default in position_transforms.TEMPERATURE_DEFAULTS.items():
+    if name not in pos:
+      pos[name] = default
+  pos.attention_temperature = True
+  position_transforms.check_config(pos, train_len)
 
 
 def _position_transform(pos, extension: str, factor: float, window: int, train_len: int) -> None:
@@ -121,18 +141,27 @@ EXTENSIONS: dict[str, Extension] = {
     "none": Extension(None, kinds=None),
     "pi": Extension(_rope_scaling, ("rope",), records_factor=True),
     "ntk": Extension(_rope_scaling, ("rope",), records_factor=True),
-    "dynamic_ntk": Extension(_rope_scaling, ("rope",)),
+    "dynamic_ntk": Extension(_rope_scaling, ("rope",), params=("dynamic_ntk_alpha",)),
     "yarn": Extension(_rope_scaling, ("rope",), records_factor=True,
-                      params=("yarn_alpha", "yarn_beta")),
+                      params=("yarn_alpha", "yarn_beta", "yarn_ramp", "yarn_truncate",
+                              "yarn_attention_factor", "yarn_mscale", "yarn_mscale_all_dim")),
     "abf": Extension(_rope_scaling, ("rope",), params=("abf_theta",)),
+    "llama3": Extension(_rope_scaling, ("rope",), records_factor=True,
+                        params=("llama3_low_freq_factor", "llama3_high_freq_factor")),
+    "longrope": Extension(_rope_scaling, ("rope",), records_factor=True,
+                          params=("longrope_short_factors", "longrope_long_factors",
+                                  "longrope_attention_factor", "longrope_keep_first")),
     "alibi_interpolation": Extension(_alibi_interpolation, ("alibi",)),
     "self_extend": Extension(_position_transform, relative=True, records_factor=True,
                              window_field="self_extend_window"),
     "string": Extension(_position_transform, relative=True, window_field="string_window",
-                        params=("string_shift",)),
+                        params=("string_shift", "string_attention_factor")),
     "lm_infinite": Extension(_position_transform, ("none",),  # NoPE: the Lambda mask alone
                              relative=True, window_field="lm_infinite_window",
                              params=("lm_infinite_global", "lm_infinite_distance")),
+    "attention_temperature": Extension(_attention_temperature, kinds=None,
+                                       params=("attention_temperature_form",
+                                               "attention_temperature_layers")),
 }
 # Fields of model.position that only an eval-time extension reads (when the run was trained
 # without RoPE scaling and without a position transform), so eval.run may set them:
@@ -149,15 +178,16 @@ def _records_factor(extension: str) -> bool:
 
 def applied_factor(extension: str, factor: float) -> float:
   """The eval.factor an extension actually uses: `factor` for the methods that read it (pi, ntk,
-  yarn: the scale s, arXiv 2306.15595 / 2309.00071; self_extend: the group size G, arXiv
-  2401.01325), else 1.0 (results record this value)."""
+  yarn, llama3, longrope: the scale s, arXiv 2306.15595 / 2309.00071 / 2402.13753; self_extend:
+  the group size G, arXiv 2401.01325), else 1.0 (results record this value)."""
   return float(factor) if _records_factor(extension) else 1.0
 
 
 def extension_params(extension: str, position_config) -> dict:
   """The model.position parameters `extension` reads (EXTENSION_PARAMS) and their values in
   `position_config` (defaults where the field is absent); results record them."""
-  defaults = {**DEFAULTS, **position_transforms.DEFAULTS}
+  defaults = {**DEFAULTS, **position_transforms.DEFAULTS,
+              **position_transforms.TEMPERATURE_DEFAULTS}
   return {name: position_config.get(name, defaults[name])
           for name in EXTENSION_PARAMS.get(extension, ())}
 
@@ -175,27 +205,33 @@ def check_param_overrides(run_position, position, extensions) -> dict[str, dict]
 
   Raises:
     ConfigError: a changed field that is not an eval-time parameter (EXTENSION_PARAMS), one the run
-      trained with (it had a RoPE scaling or a position transform), or one that no extension of
-      this evaluation reads.
+      trained with (it had a RoPE scaling, a position transform or the attention temperature), or
+      one that no extension of this evaluation reads.
   """
   changed = {k for k in set(position) | set(run_position)
              if position.get(k) != run_position.get(k)}
   if not changed:
     return {}
-  readers = {f: ext for ext, fields in EXTENSION_PARAMS.items() for f in fields}
+  readers: dict[str, list[str]] = {}
+  for ext, fields in EXTENSION_PARAMS.items():
+    for f in fields:
+      readers.setdefault(f, []).append(ext)
   trained_with = (run_position.get("rope_scaling", "none") != "none"
-                  or run_position.get("position_transform", "none") != "none")
+                  or run_position.get("position_transform", "none") != "none"
+                  or run_position.get("attention_temperature", False) is True)
   for field in sorted(changed):
     if field not in readers or trained_with:
       allowed = sorted(readers) if not trained_with else []
       raise ConfigError(f"--config.model.position.{field} must stay as trained (the checkpoint's "
                         f"model); eval-time parameters that may change: {allowed}")
-    if readers[field] not in extensions:
-      raise ConfigError(f"model.position.{field} is read by eval.extension="
-                        f"{readers[field]!r} only; this evaluation runs {list(extensions)}")
+    if not set(readers[field]) & set(extensions):
+      names = " or ".join(repr(e) for e in readers[field])
+      raise ConfigError(f"model.position.{field} is read by eval.extension={names} only; this "
+                        f"evaluation runs {list(extensions)}")
   out: dict[str, dict] = {}
   for field in sorted(changed):
-    out.setdefault(readers[field], {})[field] = position[field]
+    for ext in readers[field]:
+      out.setdefault(ext, {})[field] = position[field]
   return out
 
 
@@ -225,20 +261,33 @@ def extension_header(config, extension: str | None = None) -> dict:
           "extension_params": extension_params(extension, config.model.position)}
 
 
+def _param_text(value) -> str:
+  """A parameter value in a file name: numbers as %g, strings and bools as they are, tuples of up
+  to 4 values joined by "-", longer ones (LongRoPE's factors) as <n>h<crc32 of their repr>."""
+  if isinstance(value, (tuple, list)):
+    if len(value) <= 4:
+      return "-".join(_param_text(v) for v in value) or "none"
+    return f"{len(value)}h{zlib.crc32(repr(tuple(float(v) for v in value)).encode()):08x}"
+  if isinstance(value, (bool, str)):
+    return str(value)
+  return f"{value:g}"
+
+
 def extension_suffix(extension: str, factor: float, window: int = -1,
                      params: dict | None = None) -> str:
   """File-name suffix of results under an eval-time extension: "" for "none", "_<name>_x<s>" for
-  the methods that read eval.factor (pi, ntk, yarn, self_extend), else "_<name>"; then "_w<W>"
-  when a position-id transform runs with a window other than its default (eval.window), and
-  "_<field><value>" for each model.position parameter changed at evaluation (`params`, from
-  `check_param_overrides`), so results of different settings do not overwrite each other."""
+  the methods that read eval.factor (pi, ntk, yarn, llama3, longrope, self_extend), else
+  "_<name>"; then "_w<W>" when a position-id transform runs with a window other than its default
+  (eval.window), and "_<field><value>" for each model.position parameter changed at evaluation
+  (`params`, from `check_param_overrides`; values as `_param_text`), so results of different
+  settings do not overwrite each other."""
   if extension == "none":
     return ""
   used = _records_factor(extension)
   w = applied_window(extension, window)
   return (f"_{extension}" + (f"_x{applied_factor(extension, factor):g}" if used else "")
           + (f"_w{w}" if w != -1 else "")
-          + "".join(f"_{k}{v:g}" for k, v in sorted((params or {}).items())))
+          + "".join(f"_{k}{_param_text(v)}" for k, v in sorted((params or {}).items())))
 
 
 def apply_extension(config: ml_collections.ConfigDict, extension: str,
@@ -251,7 +300,9 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
   the docstring of models/rope_scaling.py.
 
     "none"                 an unchanged copy (the model as trained);
-    "pi", "ntk", "yarn"    rope_scaling=<name>, rope_scaling_factor=factor (s >= 1);
+    "pi", "ntk", "yarn", "llama3", "longrope"
+                           rope_scaling=<name>, rope_scaling_factor=factor (s >= 1); longrope
+                           needs `longrope_long_factors` (python -m sweeps.longrope_search);
     "dynamic_ntk"          rope_scaling="dynamic_ntk" (s follows the length; factor unused);
     "abf"                  rope_scaling="abf" with the config's abf_theta (default 500000;
                            factor unused);
@@ -261,13 +312,19 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
     "string", "lm_infinite"
                            position_transform=<name> (factor unused); any relative scheme, and
                            lm_infinite also NoPE (kind "none": the Lambda mask alone).
+    "attention_temperature"
+                           attention_temperature=True (queries times max(1, log n / log L), or
+                           the configured form, on the configured layers); any scheme, not with
+                           model.logn_scaling=True.
   For the three position-id transforms (models/position_transforms.py), `window` > 0 sets the
   window W (self_extend_window, string_window) or n_local (lm_infinite_window), tokens.
 
-  The RoPE methods keep rope_scaling_train_len, yarn_alpha, yarn_beta and abf_theta as the config
-  has them (added with their `DEFAULTS` where the run's config.json predates these fields). Only
-  pi, ntk and yarn record the factor (rope_scaling_factor), so the config describes exactly the
-  model that is evaluated.
+  The RoPE methods keep rope_scaling_train_len and every method parameter as the config has them
+  (added with their `DEFAULTS` where the run's config.json predates these fields: yarn_ramp is then
+  "ratio", the ramp of runs made before the field existed). Only pi, ntk, yarn, llama3 and
+  longrope record the factor (rope_scaling_factor), so the config describes exactly the model that
+  is evaluated. The resulting model.position is validated as a whole (the scheme's check_config,
+  the transforms' and the temperature's), so a bad eval-time parameter is refused here.
 
   Args:
     config: the run's experiment ConfigDict (configs/base.py).
@@ -282,7 +339,8 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
     ConfigError: naming `eval.extension`: an unknown name (listing the allowed ones), an
       extension that does not apply to the run's `model.position.kind` (e.g. yarn on alibi), a
       run already trained with a RoPE scaling, or a factor that is not a number >= 1 for a method
-      that uses it.
+      that uses it; attention_temperature with model.logn_scaling; or, naming the field, a
+      model.position field the extended model cannot take (e.g. missing longrope_long_factors).
   """
   if extension not in EXTENSIONS:
     raise ConfigError(f"eval.extension={extension!r} is not supported; "
@@ -302,4 +360,10 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
   pos = out.model.position
   with pos.unlocked(), pos.ignore_type():
     spec.apply(pos, extension, factor, window, out.data.train_len)
+  if pos.get("attention_temperature", False) and out.model.get("logn_scaling", False):
+    raise ConfigError(f"eval.extension={extension!r} cannot be applied to a run trained with "
+                      f"model.logn_scaling=True: its queries are log-n scaled already")
+  dims = positions.Dims.from_config(out)
+  positions.build(pos, dims, check_only=True)
+  position_transforms.check_config(pos, dims.train_len, dims.num_layers)
   return out

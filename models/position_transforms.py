@@ -30,15 +30,46 @@ Notation: L = training context length (tokens), d = i - j >= 0.
                else) and a distance ceiling: keys at d >= n_local are placed at distance exactly
                d_max. Fields: `lm_infinite_global` (n_global), `lm_infinite_window` (n_local,
                tokens; -1 = L), `lm_infinite_distance` (d_max, tokens; -1 = L).
+
+STRING's optional attention factor, `string_attention_factor` (RoPE only): the authors' Llama code
+(HKUNLP/STRING `string_for_llama.py`, `replace_with_string`) multiplies cos and sin by
+0.1 ln 2 + 1 ("similar with YaRN"), i.e. q and k each by that factor; 1 = off (the default), -1 =
+that value, another number > 0 = itself (`string_attention_scale`; applied by
+models/positions/rope.py).
+
+This module also holds the eval-time attention temperature (not a transform of the position ids,
+but like them an eval-time change that applies to every scheme; models/attention.py applies it):
+queries, hence the logits, of the chosen layers multiplied per query by a factor that is 1 up to
+L and grows with n = position + 1 beyond (`attention_temperature_scale`). Forms
+(`attention_temperature_form`):
+
+  logn         max(1, log n / log L): log-n scaling normalised to L (Chiang & Cholak,
+               arXiv 2202.12172, Sec. 5.3) with the lower bound 1 of entropy-aware ABF (Zhang et al.,
+               "Extending LLMs' Context Window with 100 Samples", arXiv 2401.07004, Sec. 3; their code
+               GAIR-NLP/Entropy-ABF `patch/EABF.py` multiplies the rotated queries by
+               max(1, log(p + 1) / log 4096) in every layer but the first two: set
+               `attention_temperature_layers` to (2, 3, ..., num_layers - 1) for that).
+  yarn         (0.1 ln max(1, n / L) + 1)^2: YaRN's logit temperature 1/t = (0.1 ln s + 1)^2
+               (Peng et al., arXiv 2309.00071, Eq. (21)-(22)) with the scale s taken per query as
+               n / L (YaRN itself uses one s for the whole sequence, and scales q and k by the
+               square root each; this per-position form is this codebase's, so that it too is
+               1 up to L).
+
+Fields: `attention_temperature` (on/off; eval.extension=attention_temperature sets it),
+`attention_temperature_form`, `attention_temperature_layers` (() = every layer). L =
+data.train_len (>= 2). Unlike `model.logn_scaling` (training-time, log n / log L also below L)
+it never scales a query at n <= L.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from configs.errors import ConfigError
 
@@ -56,9 +87,26 @@ CONFIG_FIELDS = {
     "lm_infinite_global": (10, "lm_infinite: starting tokens every query sees (n_global)."),
     "lm_infinite_window": (-1, "lm_infinite: local window n_local, tokens; -1 = train_len."),
     "lm_infinite_distance": (-1, "lm_infinite: distance ceiling d_max, tokens; -1 = train_len."),
+    "string_attention_factor": (1.0, "string, RoPE only: q and k times this; 1 = off, -1 = "
+                                     "0.1 ln 2 + 1 (STRING's code)."),
 }
 # Their defaults (for configs that predate them).
 DEFAULTS = {name: default for name, (default, _) in CONFIG_FIELDS.items()}
+# STRING's attention factor in the authors' code (HKUNLP/STRING string_for_llama.py).
+STRING_ATTENTION_FACTOR = 0.1 * math.log(2) + 1
+
+TEMPERATURE_FORMS = ("logn", "yarn")
+# The model.position fields of the eval-time attention temperature (module docstring), name ->
+# (default, comment); models.positions.config_fields gathers them (configs/base.py).
+TEMPERATURE_FIELDS = {
+    "attention_temperature": (False, "scale queries beyond train_len (eval.extension="
+                                     "attention_temperature)."),
+    "attention_temperature_form": ("logn", '"logn": max(1, log n / log L) | "yarn": '
+                                           "(0.1 ln max(1, n/L) + 1)^2; n = position + 1."),
+    "attention_temperature_layers": ((), "layers whose queries are scaled; () = all (EABF: all "
+                                         "but 0 and 1)."),
+}
+TEMPERATURE_DEFAULTS = {name: default for name, (default, _) in TEMPERATURE_FIELDS.items()}
 
 # region(distance, k_positions) -> bool [batch, 1, q_len, k_len], or None for everywhere.
 Region = Callable[[jax.Array, jax.Array], jax.Array] | None
@@ -88,6 +136,10 @@ def _field(cfg, name):
 
 def _is_int(x) -> bool:
   return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+  return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +223,15 @@ class PositionTransform:
     return [Branch(qp, kp)]
 
 
-def check_config(cfg, train_len: int) -> None:
-  """Validates the transform fields of `cfg` (= `model.position`).
+def check_config(cfg, train_len: int, num_layers: int | None = None) -> None:
+  """Validates the transform fields of `cfg` (= `model.position`), STRING's attention factor and
+  the attention-temperature fields.
+
+  Args:
+    cfg: `model.position`; absent fields take their defaults.
+    train_len: L, tokens.
+    num_layers: model.num_layers, to check `attention_temperature_layers` against (None: checked
+      when the Decoder is built, `temperature_forms`).
 
   Raises:
     ConfigError: naming the field and its allowed values.
@@ -205,3 +264,98 @@ def check_config(cfg, train_len: int) -> None:
       raise ConfigError(f"model.position.lm_infinite_global must be an integer >= 0; got {n!r}")
     positive_or_auto("lm_infinite_window")
     positive_or_auto("lm_infinite_distance")
+  _check_string_factor(cfg)
+  _check_temperature(cfg, train_len, num_layers)
+
+
+def _check_string_factor(cfg) -> None:
+  f = _field(cfg, "string_attention_factor")
+  if not (_is_number(f) and (f == -1 or f > 0)):
+    raise ConfigError(f"model.position.string_attention_factor must be 1 (off), -1 (STRING's "
+                      f"0.1 ln 2 + 1) or a number > 0; got {f!r}")
+  # Read under position_transform="string" only (eval.extension=string sets it), like string_shift.
+  if f != 1 and cfg.get("kind") != "rope":
+    raise ConfigError(f"model.position.string_attention_factor={f!r} scales RoPE's q and k and "
+                      f"applies to kind='rope' only; got kind={cfg.get('kind')!r} (set it to 1)")
+
+
+def string_attention_scale(cfg) -> float:
+  """STRING's factor on q and k (module docstring) for `cfg` (= `model.position`): 1 unless
+  position_transform is "string"; -1 resolves to 0.1 ln 2 + 1 (`STRING_ATTENTION_FACTOR`).
+
+  Raises:
+    ConfigError: a bad `string_attention_factor` (see `check_config`).
+  """
+  _check_string_factor(cfg)
+  if _field(cfg, "position_transform") != "string":
+    return 1.0
+  f = float(_field(cfg, "string_attention_factor"))
+  return STRING_ATTENTION_FACTOR if f == -1 else f
+
+
+def _temperature_field(cfg, name):
+  return cfg.get(name, TEMPERATURE_DEFAULTS[name])
+
+
+def _check_temperature(cfg, train_len: int, num_layers: int | None) -> None:
+  on = _temperature_field(cfg, "attention_temperature")
+  if not isinstance(on, bool):
+    raise ConfigError(f"model.position.attention_temperature must be True or False; got {on!r}")
+  # form and layers are checked when off too: eval.run may set them for the extension.
+  form = _temperature_field(cfg, "attention_temperature_form")
+  if form not in TEMPERATURE_FORMS:
+    raise ConfigError(f"model.position.attention_temperature_form must be one of "
+                      f"{list(TEMPERATURE_FORMS)}; got {form!r}")
+  layers = _temperature_field(cfg, "attention_temperature_layers")
+  if not (isinstance(layers, (tuple, list)) and all(_is_int(i) and i >= 0 for i in layers)
+          and len(set(layers)) == len(layers)):
+    raise ConfigError(f"model.position.attention_temperature_layers must be a tuple of distinct "
+                      f"layer indices >= 0 (() = every layer); got {layers!r}")
+  if num_layers is not None and any(i >= num_layers for i in layers):
+    raise ConfigError(f"model.position.attention_temperature_layers={tuple(layers)!r} names "
+                      f"layers beyond model.num_layers={num_layers} (indices 0..{num_layers - 1})")
+  if on and train_len < 2:
+    raise ConfigError(f"model.position.attention_temperature needs data.train_len >= 2 (it "
+                      f"divides by log L); got {train_len}")
+
+
+def temperature_forms(cfg, num_layers: int, train_len: int) -> tuple[str, ...]:
+  """Per layer, the attention-temperature form that layer applies ("" = none), for `cfg` (=
+  `model.position`; absent fields take `TEMPERATURE_DEFAULTS`).
+
+  Raises:
+    ConfigError: a bad temperature field (see `check_config`).
+  """
+  _check_temperature(cfg, train_len, num_layers)
+  if not _temperature_field(cfg, "attention_temperature"):
+    return ("",) * num_layers
+  form = _temperature_field(cfg, "attention_temperature_form")
+  layers = tuple(_temperature_field(cfg, "attention_temperature_layers")) or range(num_layers)
+  return tuple(form if i in layers else "" for i in range(num_layers))
+
+
+def attention_temperature_scale(positions: jax.Array, train_len: int, form: str) -> jax.Array:
+  """The factor on each query (hence on its logits) of the attention temperature.
+
+  n = position + 1 (the keys a causal query sees); L = train_len. "logn": max(1, ln n / ln L);
+  "yarn": (0.1 ln max(1, n / L) + 1)^2 (module docstring for the papers). Both are exactly 1 for
+  n <= L.
+
+  Args:
+    positions: int32 [batch, seq] query position ids.
+    train_len: L >= 2, tokens.
+    form: one of TEMPERATURE_FORMS.
+
+  Returns:
+    float32 [batch, seq] factors >= 1.
+
+  Raises:
+    ValueError: an unknown form.
+  """
+  n = positions.astype(jnp.float32) + 1.0
+  if form == "logn":
+    return jnp.maximum(1.0, jnp.log(n) / np.float32(np.log(train_len)))
+  if form == "yarn":
+    m = 0.1 * jnp.log(jnp.maximum(1.0, n / np.float32(train_len))) + 1.0
+    return m * m
+  raise ValueError(f"form must be one of {TEMPERATURE_FORMS}; got {form!r}")

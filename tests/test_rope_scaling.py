@@ -289,11 +289,15 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
 
 
 @pytest.mark.parametrize("kind,extension,factor,match", [
-    ("rope", "longrope", 4.0,
-     r"eval\.extension='longrope' is not supported; choose one of \['none', 'pi', 'ntk'"),
+    ("rope", "linear", 4.0,
+     r"eval\.extension='linear' is not supported; choose one of \['none', 'pi', 'ntk'"),
     ("alibi", "yarn", 4.0, r"eval\.extension='yarn' applies to model\.position\.kind in "
      r"\['rope'\] only; this run's kind is 'alibi' \(choose one of \['none', "
-     r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite'\]\)"),
+     r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite', "
+     r"'attention_temperature'\]\)"),
+    ("rope", "longrope", 4.0, r"model\.position\.longrope_long_factors must be a tuple of "
+     r"rot_dim/2 = 8 numbers >= 1 .*python -m sweeps\.longrope_search; got \(\)"),
+    ("rope", "llama3", 0.5, r"eval\.extension='llama3' needs a finite factor s >= 1"),
     ("rope", "alibi_interpolation", 4.0, r"eval\.extension='alibi_interpolation' applies to "
                                          r"model\.position\.kind in \['alibi'\] only"),
     ("xpos", "pi", 4.0, r"eval\.extension='pi' applies to model\.position\.kind in \['rope'\] only"),
@@ -318,11 +322,13 @@ def test_apply_extension_refuses_to_stack_on_a_trained_scaling():
 # ------------------------------------------------------------------ the whole model at 4x
 
 @pytest.mark.parametrize("extension", ["none", "pi", "ntk", "dynamic_ntk", "yarn", "abf",
-                                       "alibi_interpolation"])
+                                       "llama3", "longrope", "alibi_interpolation",
+                                       "attention_temperature"])
 def test_decoder_with_extension_restores_the_trained_parameters_and_runs_at_4x(extension):
   kind = "alibi" if extension == "alibi_interpolation" else "rope"
   trained = tiny_config("unused", kind)  # train_len 32
   trained.model.attention_chunk = 0
+  trained.model.position.longrope_long_factors = (1.0, 1.0, 1.5, 2.0, 3.0, 4.0, 4.0, 4.0)
   params = nnx.state(Decoder(trained, rngs=nnx.Rngs(0)))
   ext = extensions.apply_extension(trained, extension, 4.0)
   shapes = lambda state: jax.tree.map(lambda x: (x.shape, x.dtype), nnx.to_pure_dict(state))
@@ -349,17 +355,22 @@ def test_decoder_with_extension_restores_the_trained_parameters_and_runs_at_4x(e
     assert same(logits, base_logits)
   else:
     assert not np.allclose(logits, base_logits, atol=1e-4)
-  if extension in ("dynamic_ntk", "alibi_interpolation"):
-    # Within train_len both are the trained model, bit for bit.
+  if extension in ("dynamic_ntk", "alibi_interpolation", "attention_temperature"):
+    # Within train_len these are the trained model, bit for bit.
     short = slice(0, trained.data.train_len)
     assert same(model(tokens[:, short], pos[:, short], seg[:, short]),
                 base(tokens[:, short], pos[:, short], seg[:, short]))
 
 
-def test_defaults_match_the_base_config():
+def test_defaults_match_the_base_config_but_for_the_legacy_ones():
+  """New configs take CONFIG_FIELDS' defaults; a stored config that lacks a field whose default
+  changed means the value runs used before (LEGACY_DEFAULTS: YaRN's paper ramp)."""
   from configs import base
   position = base.get_config().model.position
-  assert {name: position[name] for name in rope_scaling.DEFAULTS} == rope_scaling.DEFAULTS
+  assert rope_scaling.LEGACY_DEFAULTS == {"yarn_ramp": "ratio"}
+  assert position.yarn_ramp == "index" and rope_scaling.DEFAULTS["yarn_ramp"] == "ratio"
+  assert ({name: position[name] for name in rope_scaling.DEFAULTS}
+          == {**rope_scaling.DEFAULTS, "yarn_ramp": "index"})
 
 
 def test_a_window_other_than_the_default_names_its_files():
@@ -386,7 +397,9 @@ def test_the_extension_header_of_results():
   c.model.position.yarn_alpha = 2.0
   assert extensions.extension_header(c) == {
       "extension": "yarn", "extension_factor": 4.0, "extension_window": -1,
-      "extension_params": {"yarn_alpha": 2.0, "yarn_beta": c.model.position.yarn_beta}}
+      "extension_params": {"yarn_alpha": 2.0, "yarn_beta": 32.0, "yarn_ramp": "index",
+                           "yarn_truncate": True, "yarn_attention_factor": -1.0,
+                           "yarn_mscale": 1.0, "yarn_mscale_all_dim": 0.0}}
   c.eval.extension = "self_extend"  # reads the factor (group size) and the window
   assert extensions.extension_header(c) == {
       "extension": "self_extend", "extension_factor": 4.0, "extension_window": 16,
@@ -418,3 +431,458 @@ def test_eval_time_parameters_may_change_only_for_the_extension_that_reads_them(
     extensions.check_param_overrides(trained, changed, ["none"])
   assert extensions.extension_params("lm_infinite", run) == {
       "lm_infinite_global": 10, "lm_infinite_distance": -1}
+
+
+# ================================================================== the catalogue at parity
+# Each reference below is an independent numpy transcription of the published definition (the
+# paper's equation or the authors' / Hugging Face's code as named), in float64, written for this
+# test from reading those sources (transformers src/transformers/modeling_rope_utils.py,
+# jquesnelle/yarn scaled_rope/LlamaYaRNScaledRotaryEmbedding.py, DeepSeek-V2's yarn_get_mscale,
+# Meta's Llama 3.1 apply_scaling, microsoft/LongRoPE rope/longrope.py); literal numbers were
+# computed once with the same transcriptions (python float64) and checked by hand where noted.
+
+def hf_dynamic_inv_freq(dim, base, train_len, a, seq_len):
+  """HF _compute_dynamic_ntk_parameters: seq_len = max(seq_len, L);
+  base' = base * (a * seq_len / L - (a - 1)) ** (dim / (dim - 2)); inv = 1 / base'^(2i/dim)."""
+  seq_len = max(seq_len, train_len)
+  b2 = base * ((a * seq_len / train_len) - (a - 1)) ** (dim / (dim - 2))
+  return 1.0 / b2 ** (np.arange(0, dim, 2) / dim)
+
+
+def hf_yarn_inv_freq(dim, base, train_len, factor, beta_fast=32, beta_slow=1, truncate=True):
+  """HF _compute_yarn_parameters (and jquesnelle/yarn for truncate=True): the correction
+  dimensions of beta_fast / beta_slow rotations, floor/ceil when truncating, clamped to
+  [0, dim - 1]; ramp = clip((j - low) / (high - low), 0, 1) over the dim/2 pairs;
+  inv = inv_interp * ramp + inv_extrap * (1 - ramp)."""
+  def corr(rot):
+    return dim * math.log(train_len / (rot * 2 * math.pi)) / (2 * math.log(base))
+  low, high = corr(beta_fast), corr(beta_slow)
+  if truncate:
+    low, high = math.floor(low), math.ceil(high)
+  low, high = max(low, 0), min(high, dim - 1)
+  if low == high:
+    high += 0.001
+  ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+  pos_freqs = base ** (np.arange(0, dim, 2) / dim)
+  extrap, interp = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+  extrap_factor = 1 - ramp
+  return interp * (1 - extrap_factor) + extrap * extrap_factor
+
+
+def meta_llama3_inv_freq(dim, base, factor, low, high, old_len):
+  """Meta's apply_scaling (Llama 3.1), loop form: wavelen < old/high keep; > old/low divide by
+  factor; else smooth = (old / wavelen - low) / (high - low), (1 - smooth) f / factor + smooth f."""
+  out = []
+  for f in 1.0 / base ** (np.arange(0, dim, 2) / dim):
+    wavelen = 2 * math.pi / f
+    if wavelen < old_len / high:
+      out.append(f)
+    elif wavelen > old_len / low:
+      out.append(f / factor)
+    else:
+      smooth = (old_len / wavelen - low) / (high - low)
+      out.append((1 - smooth) * f / factor + smooth * f)
+  return np.array(out)
+
+
+def hf_longrope(dim, base, factors, factor, original_len):
+  """HF _compute_longrope_parameters / LongRoPE rope/longrope.py: inv = 1 / (lambda * base^(2i/d)),
+  attention factor sqrt(1 + ln(factor) / ln(original)) for factor > 1, else 1."""
+  inv = 1.0 / (np.asarray(factors, np.float64) * base ** (np.arange(0, dim, 2) / dim))
+  att = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original_len))
+  return inv, att
+
+
+# ------------------------------------------------------------------ dynamic NTK, HF's alpha
+
+def test_dynamic_ntk_hf_form_by_hand_and_against_hf():
+  """s' = a l/L - (a - 1) for l > L: a = 2, L = 16 -> l = 16, 17, 32, 64: 1, 1.125, 3, 7."""
+  np.testing.assert_allclose(rope_scaling.dynamic_ntk_factor(jnp.array([8, 16, 17, 32, 64]), L, 2.0),
+                             [1, 1, 1.125, 3, 7], rtol=1e-7)
+  plain = jnp.asarray(rope_inv_freq(D, THETA))
+  lengths = [16, 17, 32, 64]
+  got = np.asarray(rope_scaling.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L, 2.0))
+  for row, l in zip(got, lengths):
+    np.testing.assert_allclose(row, hf_dynamic_inv_freq(D, THETA, L, 2.0, l), rtol=2e-6)
+  # alpha = 1 is the paper's form, bit for bit the values before the field existed.
+  assert same(rope_scaling.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L, 1.0),
+              rope_scaling.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L))
+  # a l/L - (a - 1) = l'/L at l' = a l - (a - 1) L: the paper's form at 18, 48 and 112 tokens.
+  np.testing.assert_allclose(got[1:], rope_scaling.dynamic_ntk_inv_freq(
+      plain, jnp.array([18, 48, 112]), L, 1.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0])
+def test_dynamic_ntk_is_plain_rope_up_to_train_len_for_both_forms(alpha):
+  scheme = positions.build(rope_cfg(rope_scaling="dynamic_ntk", dynamic_ntk_alpha=alpha), DIMS)
+  plain = positions.build(rope_cfg(), DIMS)
+  q, k, pos = qk(7, positions_high=L)
+  pos = pos.at[:, -1].set(L - 1)  # length exactly L
+  for jit in (lambda f: f, jax.jit):
+    got = jit(lambda *a: scheme.rotate(*a, 0))(q, k, pos, pos)
+    want = jit(lambda *a: plain.rotate(*a, 0))(q, k, pos, pos)
+    assert same(got[0], want[0]) and same(got[1], want[1])
+  long_pos = pos.at[1, -1].set(4 * L - 1)  # row 1 at 4L: NTK with s' = a * 4 - (a - 1)
+  got_q, _ = scheme.rotate(q, k, long_pos, long_pos, 0)
+  ntk = positions.build(rope_cfg(rope_scaling="ntk", rope_scaling_factor=3 * alpha + 1), DIMS)
+  np.testing.assert_allclose(got_q[1], ntk.rotate(q, k, long_pos, long_pos, 0)[0][1], atol=1e-5)
+
+
+# ------------------------------------------------------------------ YaRN: the authors' ramp
+
+def test_yarn_correction_range_literals():
+  """d = 64, b = 1e4, L = 4096: i(32) = 64 ln(4096 / (64 pi)) / (2 ln 1e4) = 10.4722,
+  i(1) = 64 ln(4096 / (2 pi)) / (2 ln 1e4) = 22.5134 (by hand); floor / ceil: 10 and 23."""
+  assert rope_scaling.yarn_correction_range(64, 1e4, 4096) == (10.0, 23.0)
+  lo, hi = rope_scaling.yarn_correction_range(64, 1e4, 4096, truncate=False)
+  assert lo == pytest.approx(10.472240810318025, rel=1e-12)
+  assert hi == pytest.approx(22.513440636877274, rel=1e-12)
+  assert rope_scaling.yarn_correction_range(16, 1e4, 4096) == (2.0, 6.0)
+  # Clamped to [0, d - 1]: at L = 16 with d = 8 the beta index is negative.
+  assert rope_scaling.yarn_correction_range(D, THETA, L)[0] == 0.0
+
+
+@pytest.mark.parametrize("dim", [16, 64])
+@pytest.mark.parametrize("factor", [4.0, 8.0])
+@pytest.mark.parametrize("truncate", [True, False])
+def test_yarn_index_ramp_matches_hf(dim, factor, truncate):
+  want = hf_yarn_inv_freq(dim, 1e4, 4096, factor, truncate=truncate)
+  got = rope_scaling.yarn_inv_freq(dim, 1e4, 4096, factor, ramp="index", truncate=truncate)
+  assert got.dtype == np.float32 and got.shape == (dim // 2,)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  half = positions.Dims(num_heads=1, head_dim=dim, d_model=dim, num_layers=1, train_len=4096)
+  scheme = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=factor,
+                                    yarn_ramp="index", yarn_truncate=truncate), half)
+  np.testing.assert_array_equal(np.asarray(scheme.inv_freq, np.float32), got)
+  assert scheme.qk_scale == pytest.approx(0.1 * math.log(factor) + 1, rel=1e-15)
+
+
+def test_yarn_ramps_differ_between_the_correction_dimensions_only():
+  """d = 64, L = 4096, s = 8: pairs 0..10 kept and 23..31 divided by s in both ramps; the ratio
+  ramp (the paper's, today's values) and the index ramp differ on pairs 11..22."""
+  theta = rope_scaling._base_inv_freq(64, 1e4)
+  ratio = rope_scaling.yarn_inv_freq(64, 1e4, 4096, 8.0)  # the function's default: "ratio"
+  index = rope_scaling.yarn_inv_freq(64, 1e4, 4096, 8.0, ramp="index")
+  np.testing.assert_allclose(ratio[:10], theta[:10], rtol=1e-6)
+  np.testing.assert_allclose(index[:11], theta[:11], rtol=1e-6)
+  np.testing.assert_allclose(index[23:], theta[23:] / 8, rtol=1e-6)
+  np.testing.assert_allclose(ratio[23:], theta[23:] / 8, rtol=1e-6)
+  assert not np.allclose(ratio[11:23], index[11:23], rtol=1e-3)
+  r = 4096 * theta / (2 * math.pi)  # the paper's Eq. (17)-(18) by hand
+  gamma = np.clip((r - 1) / 31, 0, 1)
+  np.testing.assert_allclose(ratio, (1 - gamma) * theta / 8 + gamma * theta, rtol=1e-6)
+
+
+def test_yarn_ramp_field_selects_the_ramp_and_old_configs_keep_the_paper_ramp():
+  new = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=S, yarn_ramp="index"),
+                        DIMS)
+  np.testing.assert_array_equal(np.asarray(new.inv_freq, np.float32),
+                                rope_scaling.yarn_inv_freq(D, THETA, L, S, ramp="index"))
+  old = ml_collections.ConfigDict(dict(kind="rope", rope_theta=THETA, rotary_fraction=1.0,
+                                       rope_scaling="yarn", rope_scaling_factor=S))
+  old_scheme = positions.build(old, DIMS)  # no yarn_ramp: a run made before the field
+  np.testing.assert_array_equal(np.asarray(old_scheme.inv_freq, np.float32),
+                                rope_scaling.yarn_inv_freq(D, THETA, L, S))
+  assert not np.array_equal(old_scheme.inv_freq, new.inv_freq)
+
+
+def test_yarn_attention_factor_forms():
+  """Default m = 1, m_all = 0: 0.1 ln s + 1 bit for bit (Eq. 22). DeepSeek-V2 (s = 40,
+  mscale = mscale_all_dim = 0.707): 1. m = 1, m_all = 0.707: (0.1 ln 40 + 1) / (0.0707 ln 40 + 1)
+  = 1.36889 / 1.26080 = 1.08573 (by hand)."""
+  for s in (1.0, 2.0, 4.0, 40.0):
+    assert rope_scaling.yarn_attention_factor(s) == 0.1 * math.log(s) + 1.0
+  assert rope_scaling.yarn_attention_factor(40.0, 0.707, 0.707) == 1.0
+  assert rope_scaling.yarn_attention_factor(40.0, 1.0, 0.707) == pytest.approx(1.085732, rel=1e-5)
+  assert rope_scaling.yarn_get_mscale(0.5, 3.0) == 1.0  # s <= 1
+  got = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=40.0, yarn_mscale=1.0,
+                                 yarn_mscale_all_dim=0.707), DIMS).qk_scale
+  assert got == rope_scaling.yarn_attention_factor(40.0, 1.0, 0.707)
+  override = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=S,
+                                      yarn_attention_factor=1.5), DIMS)
+  assert override.qk_scale == 1.5
+  np.testing.assert_array_equal(override.inv_freq, positions.build(
+      rope_cfg(rope_scaling="yarn", rope_scaling_factor=S), DIMS).inv_freq)
+
+
+# ------------------------------------------------------------------ Llama 3.1
+
+def test_llama3_literals_at_the_published_setting():
+  """head_dim 16, b = 5e5, s = 8, low 1, high 4, L = 8192. Wavelengths 2 pi 5e5^(i/8) = 6.28,
+  32.4, 167, 862, 4443, 22911, 118143, 609226: pairs 0-3 below L/4 = 2048 (kept), pair 4 in
+  [2048, 8192] (blended: g = (8192 / 4442.88 - 1) / 3 = 0.28128, (1 - g) 1.41421e-3 / 8 +
+  g 1.41421e-3 = 5.24846e-4 by hand), pairs 5-7 above 8192 (divided by 8)."""
+  got = rope_scaling.llama3_inv_freq(16, 5e5, 8192, 8.0, 1.0, 4.0)
+  literal = [1.0, 1.9392274475e-01, 3.7606030931e-02, 7.2926647372e-03, 5.2484616099e-04,
+             3.4281021960e-05, 6.6478698712e-06, 1.2891731722e-06]
+  np.testing.assert_allclose(got, literal, rtol=1e-7)
+  np.testing.assert_allclose(got, meta_llama3_inv_freq(16, 5e5, 8.0, 1.0, 4.0, 8192), rtol=1e-6)
+  plain = rope_inv_freq(16, 5e5)
+  np.testing.assert_array_equal(got[:4], plain[:4])
+  np.testing.assert_allclose(got[5:], plain[5:] / 8, rtol=1e-6)
+
+
+def test_llama3_blend_at_a_tiny_context():
+  """d = 8, b = 1e4, L = 64, s = 8: wavelengths 6.28, 62.8, 628, 6283 against L/4 = 16 and
+  L/1 = 64: pair 0 kept, pair 1 blended (g = (64 / 62.83 - 1) / 3 = 0.0061973, 0.0125 (1 - g) +
+  0.1 g = 0.0130423 by hand), pairs 2, 3 divided by 8."""
+  got = rope_scaling.llama3_inv_freq(D, THETA, 64, 8.0)
+  np.testing.assert_allclose(got, [1.0, 1.3042256044e-02, 1.25e-03, 1.25e-04], rtol=1e-7)
+  np.testing.assert_allclose(got, meta_llama3_inv_freq(D, THETA, 8.0, 1.0, 4.0, 64), rtol=1e-6)
+  cfg = rope_cfg(rope_scaling="llama3", rope_scaling_factor=8.0, rope_scaling_train_len=64)
+  scheme = positions.build(cfg, DIMS)
+  np.testing.assert_array_equal(np.asarray(scheme.inv_freq, np.float32), got)
+  assert (scheme.position_scale, scheme.qk_scale) == (1.0, 1.0)
+  q, k, pos = qk(8, positions_high=200)
+  assert same(scheme.rotate(q, k, pos, pos, 0)[0], apply_rope(q, pos, jnp.asarray(got)))
+  # Other low / high move the bands: with high = 2 (L/2 = 32) pair 1 (62.8) is still blended.
+  other = rope_scaling.llama3_inv_freq(D, THETA, 64, 8.0, 1.0, 2.0)
+  np.testing.assert_allclose(other, meta_llama3_inv_freq(D, THETA, 8.0, 1.0, 2.0, 64), rtol=1e-6)
+
+
+# ------------------------------------------------------------------ LongRoPE
+
+LAMBDA = (1.0, 1.5, 3.0, 4.0)
+
+
+def test_longrope_frequencies_and_attention_factor_literals():
+  """d = 8, b = 1e4, lambda = (1, 1.5, 3, 4): theta / lambda = 1, 0.1/1.5, 0.01/3, 0.001/4;
+  s = 4, L = 16: sqrt(1 + ln 4 / ln 16) = sqrt(1.5) = 1.2247449 (by hand)."""
+  got = rope_scaling.longrope_inv_freq(D, THETA, LAMBDA)
+  np.testing.assert_allclose(got, [1.0, 6.6666666667e-02, 3.3333333333e-03, 2.5e-04], rtol=1e-7)
+  want, att = hf_longrope(D, THETA, LAMBDA, 4.0, 16)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert rope_scaling.longrope_attention_factor(4.0, 16) == pytest.approx(math.sqrt(1.5), rel=1e-15)
+  assert att == pytest.approx(1.224744871391589, rel=1e-15)
+  assert rope_scaling.longrope_attention_factor(1.0, 16) == 1.0
+  np.testing.assert_array_equal(rope_scaling.longrope_inv_freq(D, THETA, ()),
+                                rope_inv_freq(D, THETA))
+
+
+def test_longrope_switches_rows_at_the_original_length():
+  """Row 0 (l <= L) uses the short factors, row 1 (l > L) the long ones; q and k times the
+  attention factor sqrt(1 + ln s / ln L) in both (as HF)."""
+  short = (1.0, 1.0, 1.2, 1.3)
+  cfg = rope_cfg(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
+                 longrope_short_factors=short)
+  scheme = positions.build(cfg, DIMS)
+  assert scheme.qk_scale == pytest.approx(math.sqrt(1.5), rel=1e-15)
+  q, k, pos = qk(9, positions_high=L)
+  pos = pos.at[0, -1].set(L - 1).at[1, -1].set(4 * L - 1)
+  got_q, got_k = scheme.rotate(q, k, pos, pos, 0)
+  m = scheme.qk_scale
+  for row, factors in ((0, short), (1, LAMBDA)):
+    inv = jnp.asarray(hf_longrope(D, THETA, factors, S, L)[0], jnp.float32)
+    np.testing.assert_allclose(got_q[row], apply_rope(q, pos, inv)[row] * m, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got_k[row], apply_rope(k, pos, inv)[row] * m, rtol=1e-6, atol=1e-6)
+  override = positions.build(rope_cfg(rope_scaling="longrope", rope_scaling_factor=S,
+                                      longrope_long_factors=LAMBDA,
+                                      longrope_attention_factor=1.25), DIMS)
+  assert override.qk_scale == 1.25
+  # The kernel form: per-row frequencies and the attention factor.
+  spec = scheme.kernel_spec(0, pos, pos)
+  assert spec.inv_freq.shape == (2, 4) and spec.qk_scale == m
+  np.testing.assert_allclose(spec.inv_freq[1], hf_longrope(D, THETA, LAMBDA, S, L)[0], rtol=1e-6)
+
+
+def test_longrope_keep_first_rotates_the_first_positions_as_plain_rope():
+  """LongRoPE's n-hat (Ding et al., Sec. 3.2; the authors' start-token embedding copies plain
+  RoPE's cos/sin, without the attention factor, into positions < n-hat)."""
+  cfg = rope_cfg(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
+                 longrope_keep_first=4)
+  scheme = positions.build(cfg, DIMS)
+  no_keep = positions.build(rope_cfg(rope_scaling="longrope", rope_scaling_factor=S,
+                                     longrope_long_factors=LAMBDA), DIMS)
+  plain = positions.build(rope_cfg(), DIMS)
+  pos = jnp.asarray([[0, 1, 3, 4, 20, 63], [0, 2, 5, 6, 7, 9]], jnp.int32)
+  q, k, _ = qk(10)
+  got = scheme.rotate(q, k, pos, pos, 0)
+  want_kept = plain.rotate(q, k, pos, pos, 0)
+  want_rest = no_keep.rotate(q, k, pos, pos, 0)
+  kept = np.asarray(pos < 4)
+  for g, wk, wr in zip(got, want_kept, want_rest):
+    assert same(np.asarray(g)[kept], np.asarray(wk)[kept])
+    assert same(np.asarray(g)[~kept], np.asarray(wr)[~kept])
+  reason = scheme.kernel_spec(0, pos, pos)
+  assert isinstance(reason, str) and "longrope_keep_first=4" in reason
+
+
+def test_longrope_per_layer_bases():
+  thetas = (100.0, 1e4, 5e5)
+  cfg = rope_cfg(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
+                 rope_theta_per_layer=thetas, nope_every=3)
+  scheme = positions.build(cfg, DIMS)
+  q, k, pos = qk(11, positions_high=4 * L)
+  for layer, theta in enumerate(thetas[:2]):
+    want = positions.build(rope_cfg(rope_theta=theta, rope_scaling="longrope",
+                                    rope_scaling_factor=S, longrope_long_factors=LAMBDA),
+                           DIMS).rotate(q, k, pos, pos, layer)
+    got = scheme.rotate(q, k, pos, pos, layer)
+    assert same(got[0], want[0]) and same(got[1], want[1])
+  assert scheme.rotate(q, k, pos, pos, 2)[0] is q
+
+
+# ------------------------------------------------------------------ the LongRoPE search interface
+
+def _search_config(factors):
+  c = tiny_config("unused", "rope")  # head_dim 16: 8 pairs; train_len 32
+  c.model.attention_chunk = 0
+  c.model.position.rope_scaling = "longrope"
+  c.model.position.rope_scaling_factor = 4.0
+  c.model.position.longrope_long_factors = tuple(factors)
+  return c
+
+
+def test_set_search_frequencies_equals_a_model_built_with_the_factors():
+  from models.positions.rope import base_frequencies
+  lam_a = (1.0, 1.0, 1.2, 1.8, 2.5, 3.5, 4.0, 4.0)
+  lam_b = (1.0, 1.1, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0)
+  placeholder = _search_config((4.0,) * 8)
+  graphdef, params = nnx.split(Decoder(placeholder, rngs=nnx.Rngs(0)))
+  theta = jnp.asarray(base_frequencies(placeholder))
+  np.testing.assert_array_equal(theta, rope_inv_freq(16, 1e4))
+  n = 4 * placeholder.data.train_len
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 256, size=(2, n)), jnp.int32)
+  pos = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (2, n))
+  seg = jnp.ones((2, n), jnp.int32)
+
+  @jax.jit
+  def score(params, long_inv_freq):
+    model = nnx.merge(graphdef, params)
+    model.position.set_search_frequencies(long_inv_freq)  # the Decoder's scheme object
+    return model(tokens, pos, seg)
+
+  for lam in (lam_a, lam_b):
+    got = score(params, theta / jnp.asarray(lam, jnp.float32))
+    built = Decoder(_search_config(lam), rngs=nnx.Rngs(1))
+    nnx.update(built, params)
+    np.testing.assert_allclose(got, built(tokens, pos, seg), rtol=1e-5, atol=1e-5)
+  assert score._cache_size() == 1  # one compilation served both candidates
+  # Within L the short factors (all 1 here) are used: the search frequencies do not matter.
+  short = slice(0, placeholder.data.train_len)
+  model = nnx.merge(graphdef, params)
+  model.position.set_search_frequencies(theta / 7.0)
+  np.testing.assert_array_equal(model(tokens[:, short], pos[:, short], seg[:, short]),
+                                nnx.merge(graphdef, params)(tokens[:, short], pos[:, short],
+                                                            seg[:, short]))
+
+
+def test_set_search_frequencies_refuses_other_models_and_shapes():
+  scheme = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=S), DIMS)
+  with pytest.raises(ValueError, match="rope_scaling='longrope'"):
+    scheme.set_search_frequencies(jnp.ones(4))
+  lr = positions.build(rope_cfg(rope_scaling="longrope", rope_scaling_factor=S,
+                                longrope_long_factors=LAMBDA), DIMS)
+  with pytest.raises(ValueError, match=r"shape \(4,\) or \(3, 4\)"):
+    lr.set_search_frequencies(jnp.ones(5))
+  lr.set_search_frequencies(jnp.ones((3, 4)))  # one row per layer is accepted
+
+
+# ------------------------------------------------------------------ new fields' errors
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(rope_scaling="dynamic_ntk", dynamic_ntk_alpha=0.5),
+     r"model\.position\.dynamic_ntk_alpha must be a number >= 1"),
+    (dict(rope_scaling="yarn", rope_scaling_factor=S, yarn_ramp="linear"),
+     r"model\.position\.yarn_ramp must be one of \['index', 'ratio'\]"),
+    (dict(rope_scaling="yarn", rope_scaling_factor=S, yarn_truncate=1),
+     r"model\.position\.yarn_truncate must be True or False"),
+    (dict(rope_scaling="yarn", rope_scaling_factor=S, yarn_ramp="ratio", yarn_truncate=False),
+     r"model\.position\.yarn_truncate=False applies to yarn_ramp='index' only"),
+    (dict(rope_scaling="yarn", rope_scaling_factor=S, yarn_attention_factor=0.0),
+     r"model\.position\.yarn_attention_factor must be -1 \(derived\) or a number > 0"),
+    (dict(rope_scaling="yarn", rope_scaling_factor=S, yarn_mscale_all_dim=-1.0),
+     r"model\.position\.yarn_mscale_all_dim must be a number >= 0"),
+    (dict(rope_scaling="yarn", rope_scaling_factor=S, yarn_attention_factor=1.2, yarn_mscale=0.7),
+     r"model\.position\.yarn_attention_factor \(set\) overrides yarn_mscale"),
+    (dict(rope_scaling="llama3", rope_scaling_factor=8.0, llama3_low_freq_factor=4.0),
+     r"model\.position\.llama3_low_freq_factor and llama3_high_freq_factor must satisfy "
+     r"0 < low < high"),
+    (dict(rope_scaling="llama3", rope_scaling_factor=0.5),
+     r"model\.position\.rope_scaling_factor must be a number >= 1 .*'llama3'"),
+    (dict(rope_scaling="longrope", rope_scaling_factor=S),
+     r"model\.position\.longrope_long_factors must be a tuple of rot_dim/2 = 4 numbers >= 1 "
+     r"\(the per-pair rescale factors lambda_i\) for rope_scaling='longrope'; search them with "
+     r"python -m sweeps\.longrope_search; got \(\)"),
+    (dict(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=(1.0, 2.0)),
+     r"longrope_long_factors must be a tuple of rot_dim/2 = 4 numbers.*got 2 values"),
+    (dict(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=(1, 2, 0.5, 3)),
+     r"longrope_long_factors must be a tuple of rot_dim/2 = 4 numbers >= 1"),
+    (dict(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
+          longrope_short_factors=(1.0,)),
+     r"model\.position\.longrope_short_factors must be a tuple of rot_dim/2 = 4 numbers >= 1 "
+     r"or \(\)"),
+    (dict(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
+          longrope_attention_factor=-2.0),
+     r"model\.position\.longrope_attention_factor must be -1 \(derived\) or a number > 0"),
+    (dict(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
+          longrope_keep_first=-1), r"model\.position\.longrope_keep_first must be an integer >= 0"),
+    (dict(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
+          rope_scaling_train_len=1), r"rope_scaling_train_len=1 leaves LongRoPE's derived"),
+    (dict(kind="xpos", xpos_scale_base=512.0, rope_scaling="llama3", rope_scaling_factor=2.0),
+     r"rope_scaling='llama3' applies to kind='rope' only"),
+])
+def test_new_fields_are_refused_in_one_line_naming_the_field(fields, match):
+  cfg = rope_cfg()
+  with cfg.ignore_type():
+    cfg.update(fields)
+  with pytest.raises(ConfigError, match=match) as e:
+    positions.build(cfg, DIMS, check_only=True)
+  assert "\n" not in str(e.value)
+
+
+def test_new_fields_are_refused_by_validate_before_compilation():
+  c = tiny_config("unused", "rope")
+  c.model.position.rope_scaling = "longrope"
+  with pytest.raises(ConfigError, match=r"longrope_long_factors must be a tuple of rot_dim/2 = 8"):
+    validate(c, 1)
+
+
+# ------------------------------------------------------------------ the new extensions
+
+def test_llama3_and_longrope_extensions_and_their_records():
+  c = tiny_config("unused", "rope")
+  out = extensions.apply_extension(c, "llama3", 8.0)
+  assert (out.model.position.rope_scaling, out.model.position.rope_scaling_factor) == ("llama3", 8.0)
+  validate(out, 1)
+  assert extensions.extension_suffix("llama3", 8.0) == "_llama3_x8"
+  c.model.position.longrope_long_factors = (1.0,) * 4 + (2.0,) * 4
+  lr = extensions.apply_extension(c, "longrope", 4.0)
+  validate(lr, 1)
+  lr.eval.extension, lr.eval.factor = "longrope", 4.0
+  assert extensions.extension_header(lr)["extension_params"] == {
+      "longrope_short_factors": (), "longrope_long_factors": (1.0,) * 4 + (2.0,) * 4,
+      "longrope_attention_factor": -1.0, "longrope_keep_first": 0}
+  assert extensions.extension_header(lr)["extension_factor"] == 4.0
+
+
+def test_yarn_extension_on_an_old_config_uses_the_paper_ramp_and_records_it():
+  config = tiny_config("unused", "rope")
+  d = config.to_dict()
+  for name in rope_scaling.CONFIG_FIELDS:
+    if name not in ("rope_scaling", "rope_scaling_factor", "rope_scaling_train_len", "yarn_alpha",
+                    "yarn_beta", "abf_theta"):
+      del d["model"]["position"][name]  # a config.json written before the new fields
+  old = extensions.apply_extension(ml_collections.ConfigDict(d), "yarn", 4.0)
+  assert old.model.position.yarn_ramp == "ratio"
+  assert extensions.extension_params("yarn", old.model.position)["yarn_ramp"] == "ratio"
+  new = extensions.apply_extension(config, "yarn", 4.0)
+  assert new.model.position.yarn_ramp == "index"
+  assert extensions.extension_params("yarn", new.model.position)["yarn_ramp"] == "index"
+
+
+def test_changed_non_numeric_parameters_name_their_files():
+  run = tiny_config("unused", "rope").model.position
+  ev = tiny_config("unused", "rope").model.position
+  ev.yarn_ramp, ev.yarn_truncate = "ratio", False
+  ev.longrope_long_factors = (1.0,) * 8
+  changed = extensions.check_param_overrides(run, ev, ["yarn", "longrope"])
+  assert changed == {"yarn": {"yarn_ramp": "ratio", "yarn_truncate": False},
+                     "longrope": {"longrope_long_factors": (1.0,) * 8}}
+  assert extensions.extension_suffix("yarn", 4.0, -1, changed["yarn"]) == \
+      "_yarn_x4_yarn_rampratio_yarn_truncateFalse"
+  suffix = extensions.extension_suffix("longrope", 4.0, -1, changed["longrope"])
+  assert suffix.startswith("_longrope_x4_longrope_long_factors8h") and len(suffix) == 44
+  assert extensions.extension_suffix("attention_temperature", 1.0, -1,
+                                     {"attention_temperature_layers": (2, 3)}) == \
+      "_attention_temperature_attention_temperature_layers2-3"

@@ -16,16 +16,25 @@ per layer, exactly `model.num_layers` values; `()` = `rope_theta` everywhere; va
 are validated but unused). With both off, every layer computes exactly what plain RoPE computes.
 
 Context extension (`model.position.rope_scaling`, see `models/rope_scaling.py`): "pi" (positions
-times 1/s), "ntk", "yarn" and "abf" (other inverse frequencies; YaRN also multiplies q and k by
-0.1 ln(s) + 1) and "dynamic_ntk" (frequencies rescaled from the length of each call). They apply
-to every rotary layer with that layer's base; NoPE layers still return q and k unchanged. With
-"none" (the default, also when the field is absent) the computation is exactly the plain one.
-Dynamic NTK takes the current length l of batch row b as 1 + the largest position of that row
-over `q_positions` and `k_positions`. `models/attention.py` rotates the full q and k once, before
-query chunking, so l is the whole window's (the longest document's under packing), the same with
-or without chunking, and q and k of a row share the frequencies. A row's result does not depend
-on the other rows of its batch. (Keys cached from an earlier call, with an earlier l, would not
-share them; this codebase has no key cache.)
+times 1/s), "ntk", "yarn", "abf" and "llama3" (other inverse frequencies; YaRN also multiplies q
+and k by its attention factor), "dynamic_ntk" (frequencies rescaled from the length of each call)
+and "longrope" (per-pair rescaled frequencies, short or long by the length of each call, an
+attention factor on q and k, and optionally the first n-hat positions rotated as plain RoPE).
+They apply to every rotary layer with that layer's base; NoPE layers still return q and k
+unchanged. With "none" (the default, also when the field is absent) the computation is exactly
+the plain one. Dynamic NTK and LongRoPE take the current length l of batch row b as 1 + the
+largest position of that row over `q_positions` and `k_positions`. `models/attention.py` rotates
+the full q and k once, before query chunking, so l is the whole window's (the longest document's
+under packing), the same with or without chunking, and q and k of a row share the frequencies. A
+row's result does not depend on the other rows of its batch. (Under KV-cache decoding the keys are
+re-rotated every step with the current l; see models/attention.py.)
+
+STRING's attention factor (`model.position.string_attention_factor`, with
+`position_transform="string"`; models/position_transforms.py): q and k times the factor, as the
+STRING authors' Llama code multiplies cos and sin by 0.1 ln 2 + 1.
+
+The LongRoPE factor search (sweeps/longrope_search.py) reuses one compiled forward for every
+candidate: see `RoPE.set_search_frequencies`.
 """
 
 from __future__ import annotations
@@ -33,11 +42,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from configs.errors import ConfigError
-from models import rope_scaling
+from models import position_transforms, rope_scaling
 from models.kernels.spec import KernelSpec
-from models.positions.base import PositionalScheme
+from models.positions.base import Dims, PositionalScheme
 
 
 def rotary_dim(head_dim: int, rotary_fraction: float) -> int:
@@ -87,11 +97,39 @@ def _is_number(x) -> bool:
   return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
+def base_frequencies(config) -> np.ndarray:
+  """theta_i = rope_theta^(-2i/rot_dim) of an experiment config's RoPE, as every rotary layer
+  starts from (`rope_scaling.base_inv_freq`); LongRoPE's factor search divides them by its
+  candidate rescale factors lambda_i and passes the result to `RoPE.set_search_frequencies`.
+
+  Args:
+    config: the experiment ConfigDict (model.head_dim / d_model / num_heads, model.position's
+      rotary_fraction, rope_theta and rope_theta_per_layer).
+
+  Returns:
+    float32 [rot_dim/2] radians per position, or [num_layers, rot_dim/2] (one row per layer's
+    base) with `rope_theta_per_layer`.
+  """
+  pos = config.model.position
+  rot = rotary_dim(Dims.from_config(config).head_dim, pos.rotary_fraction)
+  thetas = tuple(pos.get("rope_theta_per_layer", ()) or ())
+  if thetas:
+    return np.stack([rope_scaling.base_inv_freq(rot, float(t)) for t in thetas])
+  return rope_scaling.base_inv_freq(rot, float(pos.rope_theta))
+
+
+def _frozen(freqs) -> tuple[float, ...] | None:
+  return None if freqs is None else tuple(float(f) for f in freqs)  # static, hashable
+
+
 class RoPE(PositionalScheme):
   """Rotary embedding (Su et al., arXiv 2104.09864) with `rope_theta` and `rotary_fraction`, and
   optionally interleaved NoPE layers (`nope_every`; arXiv 2504.08719), one base per layer
-  (`rope_theta_per_layer`) and a context-extension method (`rope_scaling` and its fields; see
-  `models/rope_scaling.py`), all from config `model.position`.
+  (`rope_theta_per_layer`), a context-extension method (`rope_scaling` and its fields; see
+  `models/rope_scaling.py`) and STRING's attention factor, all from config `model.position`.
+
+  A Decoder (models/decoder.py) keeps its scheme as `model.position`, the one object every layer's
+  attention calls, so a method called on it (`set_search_frequencies`) acts on every layer.
   """
 
   relative = True  # positions reach attention only as ids (rotate/bias hooks)
@@ -135,70 +173,153 @@ class RoPE(PositionalScheme):
 
   def __init__(self, cfg, dims, *, rngs):
     """cfg: `model.position` (rope_theta, rotary_fraction, nope_every, rope_theta_per_layer,
-    rope_scaling and its fields); dims: see `Dims`."""
+    rope_scaling and its fields, position_transform and string_attention_factor); dims: see
+    `Dims`."""
     del rngs
     rot = rotary_dim(dims.head_dim, cfg.rotary_fraction)
+    self.rot_dim, self.num_layers = rot, dims.num_layers
     thetas = tuple(cfg.get("rope_theta_per_layer", ()) or ())
     nope_every = int(cfg.get("nope_every", 0) or 0)
-    # Context extension: positions are multiplied by position_scale, q and k by qk_scale, and
-    # dynamic_train_len > 0 rescales the frequencies per call (dynamic NTK); 1, 1, 0 = none.
-    self.position_scale, self.qk_scale, self.dynamic_train_len = 1.0, 1.0, 0
     if cfg.get("rope_scaling", "none") == "none":
-      freqs = lambda theta: rope_inv_freq(rot, theta)
+      scaled = lambda theta: rope_scaling.ScaledRope(rope_inv_freq(rot, theta))  # noqa: E731
     else:
-      scaled = rope_scaling.scaled_rope(cfg, rot, float(cfg.rope_theta), dims.train_len)
-      self.position_scale, self.qk_scale = scaled.position_scale, scaled.qk_scale
-      self.dynamic_train_len = scaled.dynamic_train_len
-      freqs = lambda theta: rope_scaling.scaled_rope(cfg, rot, theta, dims.train_len).inv_freq
-    # Static, hashable tuples of floats.
-    self.inv_freq = tuple(float(f) for f in freqs(cfg.rope_theta))
-    # Per layer: None (a NoPE layer) or its inverse frequencies; None overall = plain RoPE.
-    self.layer_inv_freq = None
+      scaled = lambda theta: rope_scaling.scaled_rope(cfg, rot, theta, dims.train_len)  # noqa: E731
+    first = scaled(float(cfg.rope_theta))
+    # Context extension: positions are multiplied by position_scale, q and k by qk_scale (and by
+    # STRING's string_scale); dynamic_train_len > 0 rescales the frequencies per call (dynamic
+    # NTK); long_train_len > 0 switches rows longer than it to the long frequencies (LongRoPE),
+    # keep_first > 0 rotates positions below it as plain RoPE. 1, 1, 0, 0, 0 = none.
+    self.position_scale, self.qk_scale = first.position_scale, first.qk_scale
+    self.dynamic_train_len, self.dynamic_alpha = first.dynamic_train_len, first.dynamic_alpha
+    self.long_train_len, self.keep_first = first.long_train_len, first.keep_first
+    self.string_scale = position_transforms.string_attention_scale(cfg)
+    self.search_long_inv_freq = None  # set by set_search_frequencies (a jax array) only
+    self.inv_freq = _frozen(first.inv_freq)
+    self.long_inv_freq = _frozen(first.long_inv_freq)
+    self.plain_inv_freq = _frozen(rope_inv_freq(rot, cfg.rope_theta)) if self.keep_first else None
+    # Per layer: None (a NoPE layer) or its frequencies; None overall = the same in every layer.
+    self.layer_inv_freq = self.layer_long_inv_freq = self.layer_plain_inv_freq = None
     if thetas or nope_every:
-      self.layer_inv_freq = tuple(
-          None if is_nope_layer(i, nope_every)
-          else tuple(float(f) for f in freqs(float(thetas[i]))) if thetas
-          else self.inv_freq
-          for i in range(dims.num_layers))
+      per = [None if is_nope_layer(i, nope_every) else scaled(float(thetas[i])) if thetas else first
+             for i in range(dims.num_layers)]
+      base = [None if p is None else float(thetas[i]) if thetas else float(cfg.rope_theta)
+              for i, p in enumerate(per)]
+      self.layer_inv_freq = tuple(None if p is None else _frozen(p.inv_freq) for p in per)
+      if self.long_train_len:
+        self.layer_long_inv_freq = tuple(None if p is None else _frozen(p.long_inv_freq)
+                                         for p in per)
+      if self.keep_first:
+        self.layer_plain_inv_freq = tuple(None if b is None else _frozen(rope_inv_freq(rot, b))
+                                          for b in base)
+
+  def set_search_frequencies(self, long_inv_freq) -> None:
+    """Replaces, on this scheme object, the long-factor frequencies (rows with l > L) of every
+    rotary layer: the LongRoPE factor search (sweeps/longrope_search.py) scores candidates with
+    one compiled forward.
+
+    Needs a model built with rope_scaling="longrope" (any valid longrope_long_factors, e.g.
+    (rope_scaling_factor,) * (rot_dim/2), as placeholders); position_scale, the attention factor
+    (longrope_attention_factor or the derived sqrt(1 + ln s / ln L)), keep_first, the short
+    factors and the row switch at L stay as configured. Typical use, inside `jax.jit`:
+
+        model = nnx.merge(graphdef, params)     # a models.decoder.Decoder
+        model.position.set_search_frequencies(theta / lam)   # theta = base_frequencies(config)
+        logits = model(tokens, positions, segment_ids)
+
+    where `model.position` is the Decoder's scheme (this object). A freshly merged model holds no
+    search frequencies, so each merge starts from the configured ones. Outside `jax.jit` it works
+    the same (eagerly); the array is kept as an `nnx.data` attribute, not a Variable, so a model
+    split after the call carries it in its state.
+
+    Args:
+      long_inv_freq: float32 [rot_dim/2] inverse frequencies theta_i / lambda_i (radians per
+        position), the same for every rotary layer, or [num_layers, rot_dim/2], one row per layer
+        (rows of NoPE layers are unused); may be a traced jax array.
+
+    Raises:
+      ValueError: the model is not LongRoPE, or the shape is neither of the above.
+    """
+    if not self.long_train_len:
+      raise ValueError("set_search_frequencies needs a RoPE built with "
+                       "model.position.rope_scaling='longrope'")
+    freqs = jnp.asarray(long_inv_freq, jnp.float32)
+    half = self.rot_dim // 2
+    if freqs.shape not in ((half,), (self.num_layers, half)):
+      raise ValueError(f"long_inv_freq must have shape ({half},) or ({self.num_layers}, {half}); "
+                       f"got {freqs.shape}")
+    self.search_long_inv_freq = nnx.data(freqs)  # a data attribute (may be traced)
+
+  def _frequencies(self, layer, q_positions, k_positions):
+    """This layer's inverse frequencies: None (a NoPE layer), float32 [rot_dim/2], or
+    [batch, rot_dim/2] per row (dynamic NTK; LongRoPE) from l = 1 + max(q, k positions)."""
+    inv = self.inv_freq if self.layer_inv_freq is None else self.layer_inv_freq[layer]
+    if inv is None:
+      return None
+    inv_freq = jnp.asarray(inv, jnp.float32)
+    if not (self.dynamic_train_len or self.long_train_len):
+      return inv_freq
+    length = jnp.maximum(q_positions.max(axis=-1), k_positions.max(axis=-1)) + 1  # [b]
+    if self.dynamic_train_len:
+      return rope_scaling.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len,
+                                               self.dynamic_alpha)
+    if self.search_long_inv_freq is not None:
+      search = self.search_long_inv_freq
+      long = search if search.ndim == 1 else search[layer]
+    else:
+      long = self.long_inv_freq if self.layer_long_inv_freq is None else self.layer_long_inv_freq[layer]
+    return rope_scaling.longrope_row_inv_freq(inv_freq, long, length, self.long_train_len)
 
   def rotate(self, q, k, q_positions, k_positions, layer):
     """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k).
 
     `layer` (static int, 0..num_layers-1) selects the layer's base; a NoPE layer returns q, k.
     Under `rope_scaling` (see the module docstring): PI rotates by positions * (1/s), dynamic NTK
-    uses the frequencies of each row's length 1 + max(q_positions, k_positions), YaRN multiplies
-    the rotated q and k (all head_dim features) by 0.1 ln(s) + 1; outputs keep q's/k's dtype.
+    and LongRoPE use the frequencies of each row's length 1 + max(q_positions, k_positions),
+    YaRN and LongRoPE multiply the rotated q and k (all head_dim features) by their attention
+    factor, LongRoPE's keep_first rotates positions below it with the plain frequencies and no
+    factor; STRING's factor multiplies every position's q and k. Outputs keep q's/k's dtype.
     """
-    inv = self.inv_freq if self.layer_inv_freq is None else self.layer_inv_freq[layer]
-    if inv is None:
+    inv_freq = self._frequencies(layer, q_positions, k_positions)
+    if inv_freq is None:
       return q, k
-    inv_freq = jnp.asarray(inv, jnp.float32)
-    if self.position_scale == 1.0 and self.qk_scale == 1.0 and not self.dynamic_train_len:
+    scale = self.qk_scale * self.string_scale
+    if (self.position_scale == 1.0 and scale == 1.0 and inv_freq.ndim == 1
+        and not self.keep_first):
       return apply_rope(q, q_positions, inv_freq), apply_rope(k, k_positions, inv_freq)
-    if self.dynamic_train_len:
-      length = jnp.maximum(q_positions.max(axis=-1), k_positions.max(axis=-1)) + 1  # [b]
-      inv_freq = rope_scaling.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len)
+    if inv_freq.ndim == 2:
       inv_freq = inv_freq[:, None, :]  # [b, 1, rot_dim/2]
+    qp, kp = q_positions, k_positions
     if self.position_scale != 1.0:
-      q_positions = q_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
-      k_positions = k_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
-    q, k = apply_rope(q, q_positions, inv_freq), apply_rope(k, k_positions, inv_freq)
-    if self.qk_scale != 1.0:
-      q, k = q * jnp.asarray(self.qk_scale, q.dtype), k * jnp.asarray(self.qk_scale, k.dtype)
-    return q, k
+      qp = q_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
+      kp = k_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
+    qr, kr = apply_rope(q, qp, inv_freq), apply_rope(k, kp, inv_freq)
+    if scale != 1.0:
+      qr, kr = qr * jnp.asarray(scale, q.dtype), kr * jnp.asarray(scale, k.dtype)
+    if self.keep_first:  # LongRoPE's n-hat: the first positions as plain RoPE (and STRING's factor)
+      plain = self.plain_inv_freq if self.layer_plain_inv_freq is None else (
+          self.layer_plain_inv_freq[layer])
+      plain = jnp.asarray(plain, jnp.float32)
+      qr, kr = (jnp.where((pos < self.keep_first)[:, :, None, None],
+                          self._string(apply_rope(x, pos, plain)), rotated)
+                for x, pos, rotated in ((q, q_positions, qr), (k, k_positions, kr)))
+    return qr, kr
+
+  def _string(self, x):
+    return x if self.string_scale == 1.0 else x * jnp.asarray(self.string_scale, x.dtype)
 
   # ---- fused-kernel capability (models/kernels; model.attention_impl = "pallas") ----
   def kernel_spec(self, layer, q_positions, k_positions):
     """`rotate` as kernel parameters: this layer's inverse frequencies (per batch row under
-    dynamic NTK, from the same row lengths as `rotate`), PI's position scale, YaRN's q/k
-    scale; a NoPE layer rotates nothing. See PositionalScheme.kernel_spec."""
-    inv = self.inv_freq if self.layer_inv_freq is None else self.layer_inv_freq[layer]
-    if inv is None:
+    dynamic NTK and LongRoPE, from the same row lengths as `rotate`), PI's position scale, the
+    q/k scale (YaRN, LongRoPE, STRING); a NoPE layer rotates nothing. LongRoPE's keep_first has
+    no kernel form (two frequency sets by position): a reason string, so attention falls back to
+    XLA. See PositionalScheme.kernel_spec."""
+    inv_freq = self._frequencies(layer, q_positions, k_positions)
+    if inv_freq is None:
       return KernelSpec()
-    inv_freq = jnp.asarray(inv, jnp.float32)
-    if self.dynamic_train_len:
-      length = jnp.maximum(q_positions.max(axis=-1), k_positions.max(axis=-1)) + 1  # [b]
-      inv_freq = rope_scaling.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len)
+    if self.keep_first:
+      return (f"RoPE with model.position.longrope_keep_first={self.keep_first} (positions below it "
+              "are rotated with other frequencies than the rest, which a KernelSpec cannot say)")
     return KernelSpec(inv_freq=inv_freq, position_scale=self.position_scale,
-                      qk_scale=self.qk_scale)
+                      qk_scale=self.qk_scale * self.string_scale)
   # ---- end fused-kernel capability ----
