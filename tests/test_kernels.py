@@ -123,6 +123,15 @@ MODEL_CASES = [
     ("rope", {"rope_scaling": "yarn", "rope_scaling_factor": 4.0}),
     ("rope", {"rope_scaling": "pi", "rope_scaling_factor": 2.0}),
     ("rope", {"rope_scaling": "dynamic_ntk"}), ("rope", {"nope_every": 1}),
+    ("rope", {"rope_scaling": "dynamic_ntk", "dynamic_ntk_alpha": 2.0}),
+    # Llama 3.1 at L = 16: pair 0 (wavelength 6.3) blended, the rest divided by s.
+    ("rope", {"rope_scaling": "llama3", "rope_scaling_factor": 4.0, "rope_scaling_train_len": 16}),
+    ("rope", {"rope_scaling": "yarn", "rope_scaling_factor": 4.0, "yarn_ramp": "index",
+              "yarn_mscale_all_dim": 0.5}),
+    # LongRoPE: rows longer than train_len 32 take the long factors (per-row frequencies).
+    ("rope", {"rope_scaling": "longrope", "rope_scaling_factor": 4.0,
+              "longrope_short_factors": (1.0,) * 4 + (1.1,) * 4,
+              "longrope_long_factors": (1.0, 1.0, 1.5, 2.0, 3.0, 4.0, 4.0, 4.0)}),
     ("alibi", {}), ("alibi", {"alibi_interpolation": True}),
     ("kerple_log", {}), ("kerple_power", {}), ("t5", {}),
 ]
@@ -187,6 +196,30 @@ def test_attention_routes_to_the_kernel_or_falls_back_with_a_logged_reason(caplo
   assert uses_kernel == [True, True, False, False]
   messages = [r.getMessage() for r in caplog.records if "attention_impl" in r.getMessage()]
   assert len(messages) == 1 and "sliding-window" in messages[0] and "'xla'" in messages[0]
+
+
+def test_longrope_keep_first_falls_back_to_xla_with_its_reason(caplog, monkeypatch):
+  """LongRoPE's n-hat rotates the first positions with other frequencies than the rest: no
+  KernelSpec says that, so the layer takes the XLA path and logs why."""
+  monkeypatch.setattr(attention, "_FALLBACKS_LOGGED", set())
+  c = tiny_config("unused", "rope")
+  c.model.attention_impl = "pallas"
+  c.model.position.rope_scaling, c.model.position.rope_scaling_factor = "longrope", 4.0
+  c.model.position.longrope_long_factors = (2.0,) * 8
+  dims = positions.Dims.from_config(c)
+  x = jnp.zeros((1, 12, dims.d_model))
+  pos, seg = jnp.arange(12)[None], jnp.ones((1, 12), jnp.int32)
+  uses_kernel = []
+  with caplog.at_level("WARNING"):
+    for keep_first in (0, 4):
+      c.model.position.longrope_keep_first = keep_first
+      scheme = positions.build(c.model.position, dims, rngs=nnx.Rngs(0))
+      layer = attention.Attention(dims, 0, dtype=jnp.float32, rngs=nnx.Rngs(1))
+      jaxpr = jax.make_jaxpr(lambda x: layer(x, pos, seg, scheme))(x)
+      uses_kernel.append("pallas_call" in str(jaxpr))
+  assert uses_kernel == [True, False]
+  messages = [r.getMessage() for r in caplog.records if "attention_impl" in r.getMessage()]
+  assert len(messages) == 1 and "longrope_keep_first=4" in messages[0]
 
 
 def test_bad_attention_impl_and_block_sizes_are_refused():

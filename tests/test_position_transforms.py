@@ -163,3 +163,52 @@ def test_bad_transform_fields(field, value, match):
   c[field] = value
   with pytest.raises(ConfigError, match=match):
     check_config(c, L)
+
+
+# ------------------------------------------------------------------ STRING's attention factor
+
+def test_string_attention_factor_is_the_authors_value_on_q_and_k():
+  """HKUNLP/STRING string_for_llama.py (replace_with_string): attention_factor = 0.1 ln 2 + 1 =
+  1.0693147 (by hand), multiplying cos and sin, i.e. q and k, of every position (RoPE only)."""
+  from models.position_transforms import STRING_ATTENTION_FACTOR, string_attention_scale
+  assert STRING_ATTENTION_FACTOR == pytest.approx(1.0693147180559945, rel=1e-15)
+  dims = positions.Dims(num_heads=2, head_dim=8, d_model=16, num_layers=1, train_len=L)
+  base = dict(rope_theta=1e4, rotary_fraction=1.0, position_transform="string")
+  assert string_attention_scale(cfg(**base)) == 1.0  # the default: off
+  assert string_attention_scale(cfg(**base, string_attention_factor=-1.0)) == STRING_ATTENTION_FACTOR
+  assert string_attention_scale(cfg(**base, string_attention_factor=1.2)) == 1.2
+  # Read under the string transform only (eval.extension=string sets it).
+  assert string_attention_scale(cfg(rope_theta=1e4, rotary_fraction=1.0,
+                                    string_attention_factor=-1.0)) == 1.0
+  plain = positions.build(cfg(**base), dims)
+  scaled = positions.build(cfg(**base, string_attention_factor=-1.0), dims)
+  rng = np.random.default_rng(0)
+  q, k = (jnp.asarray(rng.normal(size=(1, 7, 2, 8)), jnp.float32) for _ in range(2))
+  pos = jnp.arange(7, dtype=jnp.int32)[None]
+  for got, want in zip(scaled.rotate(q, k, pos, pos, 0), plain.rotate(q, k, pos, pos, 0)):
+    np.testing.assert_allclose(got, want * STRING_ATTENTION_FACTOR, rtol=1e-6)
+  assert scaled.kernel_spec(0, pos, pos).qk_scale == STRING_ATTENTION_FACTOR
+
+
+def test_string_attention_factor_through_the_extension_and_refusals():
+  c = tiny_config("unused", "rope")
+  c.model.position.string_attention_factor = -1.0
+  out = extensions.apply_extension(c, "string")
+  out.eval.extension = "string"
+  assert extensions.extension_header(out)["extension_params"] == {
+      "string_shift": -1, "string_attention_factor": -1.0}
+  assert positions.build(out.model.position, positions.Dims.from_config(out)).string_scale == \
+      pytest.approx(1.0693147180559945, rel=1e-15)
+  run = tiny_config("unused", "rope").model.position
+  assert extensions.check_param_overrides(run, c.model.position, ["string"]) == {
+      "string": {"string_attention_factor": -1.0}}
+  a = tiny_config("unused", "alibi")
+  a.model.position.string_attention_factor = -1.0
+  with pytest.raises(ConfigError, match=r"model\.position\.string_attention_factor=-1\.0 scales "
+                                        r"RoPE's q and k and applies to kind='rope' only; got "
+                                        r"kind='alibi'") as e:
+    extensions.apply_extension(a, "string")
+  assert "\n" not in str(e.value)
+  with pytest.raises(ConfigError, match=r"model\.position\.string_attention_factor must be 1 "
+                                        r"\(off\), -1 \(STRING's 0\.1 ln 2 \+ 1\) or a number > 0"):
+    check_config(cfg(string_attention_factor=0.0), L)
