@@ -30,7 +30,7 @@ from eval.suites import Context
 from models import sharding
 from models.spec import (ModelSpec, abstract_with_shardings, init_params, measure_peak_flops,
                          train_flops_per_token)
-from runs import distributed, workdir as run_dir
+from runs import distributed, warm_start, workdir as run_dir
 from runs.checkpoint import TrainCheckpoints
 from runs.distributed import Preemption, chief_print
 from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
@@ -100,9 +100,10 @@ def state_shardings(tx, spec: ModelSpec, mesh):
   return shardings, abstract_with_shardings(abstract, shardings)
 
 
-def initial_state(config, spec: ModelSpec, tx, shardings) -> dict:
-  """A fresh training state {params, opt_state, step = 0} in `shardings` (seed config.seed)."""
-  params = init_params(config, spec)
+def initial_state(config, spec: ModelSpec, tx, shardings, parent=None, mesh=None) -> dict:
+  """A fresh training state {params, opt_state, step = 0} in `shardings`: parameters initialised
+  (seed config.seed) or, for a warm start, the `parent`'s (runs/warm_start.py) on `mesh`."""
+  params = warm_start.load_params(parent, config, spec, mesh) if parent else init_params(config, spec)
   opt_state = jax.jit(tx.init, out_shardings=shardings["opt_state"])(params)
   return {"params": params, "opt_state": opt_state,
           "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"])}
@@ -264,7 +265,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   """Runs (or resumes) the training run of `config` in `workdir`, then its evaluation suites.
 
   Args:
-    config: experiment ConfigDict (configs/base.py).
+    config: experiment ConfigDict (configs/base.py); train.init_from: a warm start.
     workdir: output directory (created; resumed from if it holds checkpoints).
     devices: devices of the mesh (default: all, `jax.devices()`).
 
@@ -289,10 +290,11 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   for warning in plan.warnings:
     chief_print(f"warning: {warning}")
   run_dir.check_same_model(workdir, config)
+  parent = warm_start.check_init_from(config, workdir, mesh)  # train.init_from
   run_dir.make_workdir(workdir)  # every check above has passed
   run_dir.write_run_config(
-      workdir, config, num_params=spec.num_params, mesh=dict(mesh.shape),
-      num_devices=len(devices), eval_lengths=plan.eval_lengths,
+      workdir, config, num_params=spec.num_params, mesh=dict(mesh.shape), num_devices=len(devices),
+      parent=parent.record() if parent else None, eval_lengths=plan.eval_lengths,
       split_documents={k: [d.name for d in v] for k, v in docs.items()  # a prepared split:
                        if not isinstance(v, data_inputs.corpora.PreparedSplit)})  # *.names.jsonl
 
@@ -307,9 +309,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   shardings, abstract = state_shardings(tx, spec, mesh)
   ckpt = TrainCheckpoints(workdir, config, abstract, inputs.train)
   state, resumed = ckpt.restore_latest()
-  state = state if resumed is not None else initial_state(config, spec, tx, shardings)
-  if resumed is not None:
-    chief_print(f"resumed from the checkpoint at step {resumed} in {workdir}")
+  state = state if resumed is not None else initial_state(config, spec, tx, shardings, parent, mesh)
   writer = MetricsWriter(workdir, resumed_from=resumed)
 
   # --- the loop

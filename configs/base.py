@@ -96,6 +96,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 1000  # optimizer steps.
   c.train.grad_accum_steps = 1  # microbatches per step (gradients summed; same result, less memory).
+  c.train.init_from = ""  # warm start: "<workdir>" or "<workdir>@<step>" of another run; its
+                          # parameters only (fresh optimizer, schedule, data); runs/warm_start.py.
+  c.train.init_from_learned = "interpolate"  # a learned table grown by the warm start:
+                                             # "interpolate" (PI on the rows) | "copy" (new rows fresh).
   c.train.stop_after_step = -1  # end this process after this step (a time slice); -1 = num_steps.
   c.train.learning_rate = 1e-3  # peak learning rate (AdamW).
   c.train.warmup_steps = 100  # linear warmup from 0, steps.

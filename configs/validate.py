@@ -22,6 +22,7 @@ ACTIVATIONS = ("gelu", "swiglu")
 ATTENTION_IMPLS = ("xla", "pallas")  # models/attention.py; "pallas": models/kernels/flash.py
 EVAL_SPLITS = ("validation", "test")
 EVAL_PROTOCOLS = ("non_overlapping", "sliding")  # eval/perplexity.py PROTOCOLS
+INIT_FROM_LEARNED = ("interpolate", "copy")  # train.init_from_learned (runs/warm_start.py)
 
 
 def validate(config, num_devices: int) -> None:
@@ -71,6 +72,10 @@ def validate(config, num_devices: int) -> None:
   for field in ("weight_decay", "grad_clip"):
     if t[field] < 0:
       raise ConfigError(f"train.{field} must be >= 0 (0 disables it); got {t[field]}")
+  if not isinstance(t.get("init_from", ""), str):
+    raise ConfigError(f"train.init_from must be a run's workdir, optionally <workdir>@<step> "
+                      f"(\"\" = train from scratch); got {t.init_from!r}")
+  choice(t.get("init_from_learned", "interpolate"), "train.init_from_learned", INIT_FROM_LEARNED)
   if t.stop_after_step != -1 and (not isinstance(t.stop_after_step, int) or t.stop_after_step < 1):
     raise ConfigError(f"train.stop_after_step must be -1 (run to num_steps) or >= 1; "
                       f"got {t.stop_after_step!r}")

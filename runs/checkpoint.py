@@ -103,12 +103,13 @@ class TrainCheckpoints:
 
   def restore_latest(self) -> tuple[Any, int | None]:
     """(state, step) of the newest readable checkpoint (see `restore_latest`), the iterator
-    restored in place; (None, None) for a fresh run."""
+    restored in place (and a line saying so printed); (None, None) for a fresh run."""
     restored, step = restore_latest(self.manager, self.workdir, lambda s: self.manager.restore(
         s, args=ocp.args.Composite(state=ocp.args.StandardRestore(self.abstract_state),
                                    data=grain.checkpoint.CheckpointRestore(self.data_iter))))
     if step is None:
       return None, None
+    chief_print(f"resumed from the checkpoint at step {step} in {self.workdir}")
     self.manager.close()
     self.manager = checkpoint_manager(self.workdir, self.config)  # sees the steps moved aside
     return restored["state"], step
