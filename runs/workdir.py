@@ -18,6 +18,7 @@ from etils import epath
 from configs import base as base_config
 from configs.errors import ConfigError
 from eval.files import write_json
+from models import rope_scaling
 
 CONFIG_FILE = "config.json"
 
@@ -68,7 +69,8 @@ def load_run_config(workdir: str):
   """The config a training run wrote to `<workdir>/config.json`, on top of today's defaults.
 
   Fields added to configs/base.py since the run was trained keep their defaults, so old runs
-  stay loadable; JSON lists become the config's tuples again.
+  stay loadable, except those whose default changed (`models.rope_scaling.LEGACY_DEFAULTS`:
+  YaRN's ramp), which take the value the run used; JSON lists become the config's tuples again.
 
   Raises:
     ConfigError: workdir or its config.json is missing or unreadable.
@@ -88,6 +90,10 @@ def load_run_config(workdir: str):
     return tuple(as_tuples(v) for v in x) if isinstance(x, list) else x
 
   config = base_config.get_config()
+  position = stored.get("model", {}).get("position", {})
+  for name, value in rope_scaling.LEGACY_DEFAULTS.items():  # a default changed since the run
+    if name not in position:
+      config.model.position[name] = value
   config.update(as_tuples(stored))
   return config
 

@@ -7,7 +7,8 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
 
   <study>/results.parquet, results.csv
       one row per run x suite x length x extension (x protocol for the perplexity suites):
-      run, scheme, seed, train_len, task ("" for text), num_params, the config fields that vary between runs
+      run, scheme, seed, train_len, task ("" for text), num_params, parent (a warm start's
+      parent: `<run folder>@<step>`, "" for a run from scratch), the config fields that vary between runs
       (`cfg.<dotted field>`), the final losses, then per result suite, extension,
       extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file and
       per length:
@@ -154,6 +155,9 @@ def collect(study_dir: str) -> pd.DataFrame:
     base = {"study": study, "run": os.path.basename(workdir)}
     base.update({name: flat.get(path) for path, name in STANDARD_FIELDS.items()})
     base["num_params"] = stored.get("num_params")
+    parent = stored.get("parent") or {}  # a warm start (train.init_from, runs/warm_start.py)
+    base["parent"] = (f"{os.path.basename(os.path.normpath(parent['workdir']))}@{parent['step']}"
+                      if parent else "")
     base.update({f"cfg.{k}": flat.get(k) for k in varying})
     base.update(final_metrics(workdir))
     latest: dict[Any, tuple[str, dict]] = {}
@@ -184,11 +188,13 @@ def configuration_columns(columns: Iterable[str]) -> list[str]:
   `cfg.eval.*` fields are left out: they are the settings of train.py's own final evaluation, and
   what an evaluation did is in its rows (extension, extension_factor, protocol, stride); a field
   added to the eval config after some runs trained (absent from their config.json) must not split
-  one configuration's seeds into two groups.
+  one configuration's seeds into two groups. `cfg.train.init_from` is left out too: the children
+  of parents that differ by seed are one configuration's seeds (the `parent` column names each).
   """
   return [c for c in columns if c in ("scheme", "train_len", "num_params", "num_layers", "d_model",
                                       "num_heads", "num_steps")
-          or (c.startswith("cfg.") and not c.endswith("seed") and not c.startswith("cfg.eval."))]
+          or (c.startswith("cfg.") and not c.endswith("seed") and not c.startswith("cfg.eval.")
+              and c != "cfg.train.init_from")]
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:

@@ -123,7 +123,7 @@ def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
   parts.append(summary.to_html(index=False, float_format="{:.4g}".format, na_rep="",
                                classes="sortable") if not summary.empty else
                "<p>No perplexity or passkey results.</p>")
-  run_cols = [c for c in ("run", "scheme", "seed", "train_len", "task", "num_params",
+  run_cols = [c for c in ("run", "scheme", "seed", "train_len", "task", "num_params", "parent",
                           "final_step", "final_train_loss", "final_val_loss") if c in frame]
   parts.append("<h2 id='runs'>Runs</h2>")
   parts.append(frame.drop_duplicates("run")[run_cols].to_html(

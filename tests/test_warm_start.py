@@ -208,3 +208,17 @@ def test_learned_table_grows(text_corpus, tmp_path, rule):
   with pytest.raises(ConfigError, match=r"model.position.max_len .* 16 rows, fewer than the "
                                         r"parent's 32"):
     warm_start.check_init_from(child, str(tmp_path / "child"), mesh)
+
+
+def test_collect_and_report_name_the_parent(text_corpus, parent):
+  from sweeps import collect, report
+  study = os.path.dirname(parent)
+  c = child_config(text_corpus, parent, **{"train.num_steps": 1, "train.warmup_steps": 0,
+                                           "train.checkpoint_every_steps": 1})
+  train.train_and_evaluate(c, os.path.join(study, "yarn_child"), devices=_devices())
+  frame = collect.collect(study)
+  by_run = frame.drop_duplicates("run").set_index("run")["parent"]
+  assert by_run["yarn_child"] == f"{os.path.basename(parent)}@4" and by_run["rope"] == ""
+  assert "cfg.train.init_from" not in collect.configuration_columns(frame.columns)
+  page, _ = report.build_report(frame, "warm starts")
+  assert f"{os.path.basename(parent)}@4" in page
