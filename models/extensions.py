@@ -64,7 +64,12 @@ class Extension:
       record the factor and file names carry `_x<factor>`.
     window_field: position-id transforms: the model.position field that eval.window sets.
     params: model.position fields that only this extension reads (when the run was trained
-      without RoPE scaling and position transform), so eval.run may set them.
+      without RoPE scaling and position transform), so eval.run may set them; results record
+      them (`extension_params`).
+    optional_params: such fields that switch on an option added to an existing extension
+      (dynamic_ntk's HF form, STRING's attention factor): settable like `params`, recorded only
+      when they differ from their default (off), so results computed without the option keep the
+      records they had before it existed.
   """
 
   apply: Apply | None
@@ -73,6 +78,7 @@ class Extension:
   records_factor: bool = False
   window_field: str | None = None
   params: tuple[str, ...] = ()
+  optional_params: tuple[str, ...] = ()
 
   def applies_to(self) -> tuple[str, ...] | None:
     """The model.position.kinds this extension applies to; None = any."""
@@ -141,7 +147,7 @@ EXTENSIONS: dict[str, Extension] = {
     "none": Extension(None, kinds=None),
     "pi": Extension(_rope_scaling, ("rope",), records_factor=True),
     "ntk": Extension(_rope_scaling, ("rope",), records_factor=True),
-    "dynamic_ntk": Extension(_rope_scaling, ("rope",), params=("dynamic_ntk_alpha",)),
+    "dynamic_ntk": Extension(_rope_scaling, ("rope",), optional_params=("dynamic_ntk_alpha",)),
     "yarn": Extension(_rope_scaling, ("rope",), records_factor=True,
                       params=("yarn_alpha", "yarn_beta", "yarn_ramp", "yarn_truncate",
                               "yarn_attention_factor", "yarn_mscale", "yarn_mscale_all_dim")),
@@ -155,7 +161,7 @@ EXTENSIONS: dict[str, Extension] = {
     "self_extend": Extension(_position_transform, relative=True, records_factor=True,
                              window_field="self_extend_window"),
     "string": Extension(_position_transform, relative=True, window_field="string_window",
-                        params=("string_shift", "string_attention_factor")),
+                        params=("string_shift",), optional_params=("string_attention_factor",)),
     "lm_infinite": Extension(_position_transform, ("none",),  # NoPE: the Lambda mask alone
                              relative=True, window_field="lm_infinite_window",
                              params=("lm_infinite_global", "lm_infinite_distance")),
@@ -166,7 +172,8 @@ EXTENSIONS: dict[str, Extension] = {
 # Fields of model.position that only an eval-time extension reads (when the run was trained
 # without RoPE scaling and without a position transform), so eval.run may set them:
 # `--config.model.position.string_shift=100 --config.eval.extension=string`.
-EXTENSION_PARAMS = {name: e.params for name, e in EXTENSIONS.items() if e.params}
+EXTENSION_PARAMS = {name: e.params + e.optional_params for name, e in EXTENSIONS.items()
+                    if e.params or e.optional_params}
 # Position-id transforms (models/position_transforms.py) and the model.position field of
 # their window W / n_local that eval.window sets.
 TRANSFORM_WINDOWS = {name: e.window_field for name, e in EXTENSIONS.items() if e.window_field}
@@ -185,11 +192,17 @@ def applied_factor(extension: str, factor: float) -> float:
 
 def extension_params(extension: str, position_config) -> dict:
   """The model.position parameters `extension` reads (EXTENSION_PARAMS) and their values in
-  `position_config` (defaults where the field is absent); results record them."""
+  `position_config` (defaults where the field is absent; `Extension.optional_params` only where
+  they differ from the default); results record them."""
   defaults = {**DEFAULTS, **position_transforms.DEFAULTS,
               **position_transforms.TEMPERATURE_DEFAULTS}
-  return {name: position_config.get(name, defaults[name])
-          for name in EXTENSION_PARAMS.get(extension, ())}
+  spec = EXTENSIONS.get(extension)
+  if spec is None:
+    return {}
+  values = {name: position_config.get(name, defaults[name])
+            for name in spec.params + spec.optional_params}
+  return {name: v for name, v in values.items()
+          if name in spec.params or v != defaults[name]}
 
 
 def check_param_overrides(run_position, position, extensions) -> dict[str, dict]:

@@ -886,3 +886,18 @@ def test_changed_non_numeric_parameters_name_their_files():
   assert extensions.extension_suffix("attention_temperature", 1.0, -1,
                                      {"attention_temperature_layers": (2, 3)}) == \
       "_attention_temperature_attention_temperature_layers2-3"
+
+
+def test_optional_switches_are_recorded_only_when_on():
+  """dynamic_ntk_alpha and string_attention_factor extend existing extensions: results computed
+  without them keep the records they had (dynamic_ntk: {}, string: string_shift only)."""
+  position = tiny_config("unused", "rope").model.position
+  assert extensions.extension_params("dynamic_ntk", position) == {}
+  assert extensions.extension_params("string", position) == {"string_shift": -1}
+  position.dynamic_ntk_alpha, position.string_attention_factor = 2.0, -1.0
+  assert extensions.extension_params("dynamic_ntk", position) == {"dynamic_ntk_alpha": 2.0}
+  assert extensions.extension_params("string", position) == {
+      "string_shift": -1, "string_attention_factor": -1.0}
+  run = tiny_config("unused", "rope").model.position
+  assert extensions.check_param_overrides(run, position, ["dynamic_ntk", "string"]) == {
+      "dynamic_ntk": {"dynamic_ntk_alpha": 2.0}, "string": {"string_attention_factor": -1.0}}
