@@ -351,8 +351,8 @@ class Attention(nnx.Module):
     after logging the reason once per process (absl warning): a KV cache (queries and keys of
     different lengths), a sliding window, log-n scaling, the attention temperature (a per-query
     scale the kernel has no field for), an eval-time position transform, a scheme without a kernel
-    form (or with options it cannot take, e.g. LongRoPE's keep_first) (`PositionalScheme.kernel_spec`), or a spec the backend's
-    kernel cannot take (`flash.unsupported_reason`).
+    form or with options it cannot take, e.g. LongRoPE's keep_first (its `kernel_spec` returns a
+    reason), or a spec the backend's kernel cannot take (`flash.unsupported_reason`).
     """
     if self.impl != "pallas":
       return None

@@ -44,9 +44,9 @@ L and grows with n = position + 1 beyond (`attention_temperature_scale`). Forms
 (`attention_temperature_form`):
 
   logn         max(1, log n / log L): log-n scaling normalised to L (Chiang & Cholak,
-               arXiv 2202.12172, Sec. 5.3) with the lower bound 1 of entropy-aware ABF (Zhang et al.,
-               "Extending LLMs' Context Window with 100 Samples", arXiv 2401.07004, Sec. 3; their code
-               GAIR-NLP/Entropy-ABF `patch/EABF.py` multiplies the rotated queries by
+               arXiv 2202.12172, Sec. 5.3) with the lower bound 1 of entropy-aware ABF (Zhang
+               et al., "Extending LLMs' Context Window with 100 Samples", arXiv 2401.07004, Sec. 3;
+               their code GAIR-NLP/Entropy-ABF `patch/EABF.py` multiplies the rotated queries by
                max(1, log(p + 1) / log 4096) in every layer but the first two: set
                `attention_temperature_layers` to (2, 3, ..., num_layers - 1) for that).
   yarn         (0.1 ln max(1, n / L) + 1)^2: YaRN's logit temperature 1/t = (0.1 ln s + 1)^2

@@ -266,7 +266,8 @@ class RoPE(PositionalScheme):
       search = self.search_long_inv_freq
       long = search if search.ndim == 1 else search[layer]
     else:
-      long = self.long_inv_freq if self.layer_long_inv_freq is None else self.layer_long_inv_freq[layer]
+      table = self.layer_long_inv_freq
+      long = self.long_inv_freq if table is None else table[layer]
     return rope_scaling.longrope_row_inv_freq(inv_freq, long, length, self.long_train_len)
 
   def rotate(self, q, k, q_positions, k_positions, layer):
