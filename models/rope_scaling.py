@@ -715,7 +715,8 @@ def _check_longrope(get, rot_dim: int) -> None:
     if not ok:
       allowed = f"a tuple of rot_dim/2 = {half} numbers >= 1" + ("" if required else " or ()")
       where = (f"; search them with {LONGROPE_SEARCH}" if required else " (() = all 1)")
-      got = f"{len(f)} values" if isinstance(f, (tuple, list)) and f else repr(f)
+      got = (f"{len(f)} value" + ("s" if len(f) > 1 else "")
+             if isinstance(f, (tuple, list)) and f else repr(f))
       raise ConfigError(f"model.position.{name} must be {allowed} (the per-pair rescale factors "
                         f"lambda_i) for rope_scaling='longrope'{where}; got {got}")
   _check_factor_override(get, "longrope_attention_factor", "longrope")
