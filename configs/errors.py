@@ -103,7 +103,12 @@ def exit_bad_override(error: Exception, argv: list[str]):
       detail = str(ast.literal_eval(detail))
     except (ValueError, SyntaxError):
       pass
-  detail = "; ".join(line.strip() for line in detail.splitlines() if line.strip())
+  lines = [line.strip() for line in detail.splitlines() if line.strip()]
+  refused = [line for line in lines if line.startswith("configs.errors.ConfigError: ")]
+  if refused:  # the --config file's get_config refused its argument (configs/extend_*.py)
+    print(f"error: {refused[-1].removeprefix('configs.errors.ConfigError: ')}", file=sys.stderr)
+    sys.exit(2)
+  detail = "; ".join(lines)
   if detail.startswith("flag --config.") and ": (" in detail:
     try:  # absl wraps a parser's ValueError args as a tuple: ('Non-boolean argument ...', 'x')
       head, _, tail = detail.partition(": ")

@@ -1,0 +1,27 @@
+"""LongRoPE: searched per-pair rescale factors, then fine-tuned at s * L.
+
+Ding et al., "LongRoPE: Extending LLM Context Window Beyond 2 Million Tokens", arXiv 2402.13753:
+non-uniform rescale factors lambda_i per RoPE feature pair and n-hat initial positions kept
+unscaled, found by an evolutionary search on the parent (Sec. 3.2, Algorithm 1; here
+`python -m sweeps.longrope_search`), then fine-tuning at the target length (Sec. 4: 400 steps at
+128k for Llama 2, learning rate 2e-5, linear decay). Here the shared recipe of
+configs/extension_recipes.py. The factors are read from the search's factors.json:
+
+  python -m sweeps.longrope_search --workdir=<parent> --target_len=<s x L>
+  python train.py --config=configs/extend_longrope.py:<parent>[,<s>[,<factors.json>]] --workdir=<child>
+
+(default file `<parent>/longrope_search/x<s>/factors.json`, where the search writes it).
+"""
+
+from configs import extension_recipes
+
+
+def get_config(arg=None):
+  """The LongRoPE child of the RoPE run `arg` = `<parent workdir>[,<s>[,<factors.json>]]`."""
+  head, _, path = (arg or "").partition(",")
+  factor, _, path = path.partition(",")
+  arg = head + ("," + factor if factor else "")
+  c, _, s = extension_recipes.child_config(arg or None, "configs/extend_longrope.py")
+  for name, value in extension_recipes.longrope_factors(head, s, path or None).items():
+    c.model.position[name] = value
+  return c

@@ -1,0 +1,131 @@
+"""Context-extension fine-tuning recipes: the child config of a trained RoPE run.
+
+(This module is not an experiment config; the `--config` files are `configs/extend_*.py`, one
+per method, each a call of `child_config`.) Every recipe is the experiment of its paper: pretrain
+at L (the parent), change the positions, continue training briefly, then evaluate long:
+
+  python train.py --config=configs/extend_yarn.py:w/base --workdir=w/yarn
+  python train.py --config=configs/extend_yarn.py:w/base,8 --workdir=w/yarn8   # s = 8
+
+The argument after ':' is the parent's workdir (a finished or stopped training run of kind
+"rope"), optionally followed by `,<s>`, the extension factor (default 4): the target length is
+s * L. The child starts from the parent's latest checkpoint (`train.init_from`, runs/
+warm_start.py) with the parent's model, data and evaluation settings, and these changes, the
+same for every method so that the methods are compared at one budget:
+
+  data.train_len      s * L (PoSE and DroPE: L, see their files);
+  data.batch_size     the parent's tokens per step kept: parent batch * L / train_len (>= 1);
+  train.num_steps     `BUDGET` = 10% of the parent's training tokens (at least 10 steps);
+  train.learning_rate the parent's peak / 15: PI (Chen et al., arXiv 2306.15595, Sec. 3.1) and
+                      YaRN (Peng et al., arXiv 2309.00071, Sec. 4.1) fine-tune Llama 2 at 2e-5,
+                      whose pretraining peak was 3e-4 (Touvron et al., arXiv 2307.09288, Table 1);
+  schedule            linear warmup over 5% of the steps (PI: 20 of 1,000; YaRN: 20 of 400),
+                      then constant (train.final_lr_ratio = 1; neither paper decays);
+  train.weight_decay  0 (PI and YaRN);
+  eval lengths        0.5 L .. 16 L, the same absolute lengths for every child and the parent.
+
+The papers' own budgets are far smaller fractions of pretraining (YaRN: 400 steps of 64 x 64k
+tokens, 0.08% of Llama 2's 2T; PI: 1,000 steps, 0.03%) -- at the tiny CPU scale such fractions are
+one or two steps, so the budget is a stated 10%, overridable like every field:
+`--config.train.num_steps=...`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from configs.errors import ConfigError
+from runs.workdir import CONFIG_FILE, load_run_config
+
+BUDGET = 0.10  # share of the parent's training tokens spent on fine-tuning
+LR_RATIO = 2e-5 / 3e-4  # fine-tuning over pretraining peak learning rate (PI, YaRN on Llama 2)
+WARMUP_SHARE = 0.05  # of the fine-tuning steps (YaRN: 20 of 400)
+EVAL_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # of the parent's train_len
+
+
+def parse_arg(arg: str | None, config_file: str) -> tuple[str, float]:
+  """The `--config=<file>:<parent>[,<s>]` argument -> (parent workdir, s).
+
+  Raises:
+    ConfigError: no argument, or s not a number > 1.
+  """
+  if not arg:
+    raise ConfigError(f"{config_file} needs the parent run: --config={config_file}:<parent "
+                      f"workdir>[,<factor s, default 4>]")
+  parent, _, factor = arg.partition(",")
+  try:
+    s = float(factor) if factor else 4.0
+  except ValueError:
+    s = float("nan")
+  if not s > 1:
+    raise ConfigError(f"--config={config_file}:{arg}: the factor after ',' must be a number > 1 "
+                      f"(target length / the parent's train_len); got {factor!r}")
+  return parent, s
+
+
+def child_config(arg: str | None, config_file: str, *, target_len: bool = True):
+  """The fine-tuning config of a child of the parent named by `arg` (module docstring).
+
+  Args:
+    arg: `<parent workdir>[,<s>]`.
+    config_file: the recipe's file, for messages.
+    target_len: train at s * L (False: at the parent's L, PoSE and DroPE).
+
+  Returns:
+    (config, L, s): the parent's config with the shared changes; the recipe then sets the
+    positions.
+
+  Raises:
+    ConfigError: the parent is not a training run of kind "rope" trained without a RoPE scaling,
+      or the argument is malformed.
+  """
+  parent, s = parse_arg(arg, config_file)
+  if not os.path.isfile(os.path.join(parent, CONFIG_FILE)):
+    raise ConfigError(f"--config={config_file}:{arg}: {parent} is not a training run's workdir "
+                      f"(it has no {CONFIG_FILE})")
+  c = load_run_config(parent)
+  pos = c.model.position
+  if pos.kind != "rope" or pos.rope_scaling != "none":
+    raise ConfigError(f"--config={config_file}:{arg}: the parent must be a RoPE run without "
+                      f"RoPE scaling; it has model.position.kind={pos.kind!r}, "
+                      f"rope_scaling={pos.rope_scaling!r}")
+  length, batch, steps = c.data.train_len, c.data.batch_size, c.train.num_steps
+  parent_tokens = length * batch * steps
+  c.data.train_len = int(round(s * length)) if target_len else length
+  c.data.batch_size = max(1, batch * length // c.data.train_len)
+  t = c.train
+  t.init_from = os.path.abspath(parent)
+  t.num_steps = max(10, int(round(BUDGET * parent_tokens / (c.data.train_len * c.data.batch_size))))
+  t.learning_rate = t.learning_rate * LR_RATIO
+  t.warmup_steps = max(1, int(round(WARMUP_SHARE * t.num_steps)))
+  t.final_lr_ratio = 1.0
+  t.weight_decay = 0.0
+  t.stop_after_step = -1
+  t.checkpoint_every_steps = min(t.checkpoint_every_steps, t.num_steps)
+  t.eval_every_steps = 0
+  c.eval.length_multipliers = tuple(m * length / c.data.train_len for m in EVAL_MULTIPLIERS)
+  return c, length, s
+
+
+def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
+  """The `model.position` fields of a LongRoPE factor search (sweeps/longrope_search.py).
+
+  Args:
+    parent: the parent's workdir.
+    s: the factor; the default file is `<parent>/longrope_search/x<s:g>/factors.json`.
+    path: another factors.json.
+
+  Raises:
+    ConfigError: the file is missing (naming the search command) or is not a search's output.
+  """
+  path = path or os.path.join(parent, "longrope_search", f"x{s:g}", "factors.json")
+  if not os.path.isfile(path):
+    raise ConfigError(f"{path} does not exist: run python -m sweeps.longrope_search "
+                      f"--workdir={parent} --target_len=<{s:g} x train_len> first")
+  try:
+    with open(path) as f:
+      fields = json.load(f)["model_position"]
+  except (ValueError, KeyError) as e:
+    raise ConfigError(f"{path} is not a factors.json of sweeps.longrope_search: {e}") from e
+  return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
