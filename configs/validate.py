@@ -59,7 +59,7 @@ def validate(config, num_devices: int) -> None:
                       f"tokenizer's {vocab} ids")
   check_data_source(config)  # data.source, data.array_record_dir (data/corpora.py, data/prepare.py)
   positions.build(m.position, positions.Dims.from_config(config), check_only=True)
-  position_transforms.check_config(m.position, config.data.train_len)
+  position_transforms.check_config(m.position, config.data.train_len, m.num_layers)
   position_samplers.check_config(config.data.position_sampler, config.data.train_len, m.position)
   if config.data.get("task") is not None:  # data.task: the algorithmic task, if any
     tasks.check_config(config.data.task, config.data.train_len)

@@ -53,6 +53,7 @@ from configs import base as base_config
 from configs.errors import ConfigError, parse_flags
 from eval import suites as suites_registry
 from eval.files import atomic_write
+from models import rope_scaling
 from runs.metrics import read_metrics
 from runs.workdir import read_results
 from sweeps.study import result_key
@@ -143,8 +144,10 @@ def collect(study_dir: str) -> pd.DataFrame:
   fields = sorted({k for _, _, flat in runs for k in flat})
   # A field added to the code after a run trained is absent from its config.json: it takes the
   # field's configs/base.py default (new fields default to the old behaviour), so that it splits
-  # no configuration's seeds unless some run set it to something else.
+  # no configuration's seeds unless some run set it to something else; a field whose default
+  # changed takes the value old runs used (rope_scaling.LEGACY_DEFAULTS).
   defaults = _flatten(base_config.get_config().to_dict())
+  defaults.update({f"model.position.{k}": v for k, v in rope_scaling.LEGACY_DEFAULTS.items()})
   runs = [(w, stored, {k: flat[k] if k in flat else defaults.get(k) for k in fields})
           for w, stored, flat in runs]
   varying = [k for k in fields if k not in STANDARD_FIELDS

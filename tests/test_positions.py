@@ -192,6 +192,12 @@ FROZEN_POSITION = {
     "alibi_interpolation": False, "position_transform": "none", "self_extend_group": 4,
     "self_extend_window": -1, "string_shift": -1, "string_window": -1, "lm_infinite_global": 10,
     "lm_infinite_window": -1, "lm_infinite_distance": -1,
+    "dynamic_ntk_alpha": 1.0, "yarn_ramp": "index", "yarn_truncate": True,
+    "yarn_attention_factor": -1.0, "yarn_mscale": 1.0, "yarn_mscale_all_dim": 0.0,
+    "llama3_low_freq_factor": 1.0, "llama3_high_freq_factor": 4.0, "longrope_short_factors": (),
+    "longrope_long_factors": (), "longrope_attention_factor": -1.0, "longrope_keep_first": 0,
+    "string_attention_factor": 1.0, "attention_temperature": False,
+    "attention_temperature_form": "logn", "attention_temperature_layers": (),
 }
 
 
