@@ -18,6 +18,19 @@ class ConfigError(ValueError):
   """
 
 
+def flatten(d: dict, prefix: str = "") -> dict:
+  """A nested dict (a config's `to_dict()` or its JSON) as dotted paths: {"a": {"b": 1}} ->
+  {"a.b": 1}; lists become tuples (hashable, comparable with a config's tuples)."""
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict):
+      out.update(flatten(v, key + "."))
+    else:
+      out[key] = tuple(v) if isinstance(v, list) else v
+  return out
+
+
 def positive_int(config, path: str) -> None:
   """Raises ConfigError unless the field at dotted `path` of `config` is an int >= 1."""
   value = config

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from configs.errors import ConfigError
+from configs.errors import ConfigError, flatten
 from models.spec import ModelSpec, model_spec
 from runs.checkpoint import committed_steps, restore_params
 from runs.distributed import chief_print
@@ -91,16 +91,6 @@ def parse_init_from(value: str) -> tuple[str, int | None]:
   return value, None
 
 
-def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
-
-
 def _shapes(spec: ModelSpec) -> dict[str, tuple]:
   leaves = jax.tree_util.tree_leaves_with_path(spec.abstract_params)
   return {jax.tree_util.keystr(path): tuple(x.shape) for path, x in leaves}
@@ -110,8 +100,8 @@ def _culprit(parent_config, config, mesh, parent_shapes: dict, table: str | None
   """The model field (or data.train_len) whose new value alone changes the parent's parameter
   shapes (but for a learned `table`'s rows): (field, parent value, new value); the first
   changed field if no single one does; (None, None, None) if none changed."""
-  old = _flat(json.loads(parent_config.to_json()))
-  new = _flat(json.loads(config.to_json()))
+  old = flatten(parent_config.to_dict())
+  new = flatten(config.to_dict())
   changed = [f for f in sorted(new) if f.startswith(("model.", "data.train_len"))
              and old.get(f) != new[f]]
   for field in changed:

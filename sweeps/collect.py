@@ -50,7 +50,7 @@ import pandas as pd
 from absl import app
 
 from configs import base as base_config
-from configs.errors import ConfigError, parse_flags
+from configs.errors import ConfigError, flatten, parse_flags
 from eval import suites as suites_registry
 from eval.files import atomic_write
 from models import rope_scaling
@@ -68,18 +68,6 @@ MANIFEST = "study.json"
 
 class CollectError(ConfigError):
   """The study folder cannot be collected (missing, or holds no run)."""
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-  """{"a": {"b": 1}} -> {"a.b": 1}; lists become tuples (hashable, comparable)."""
-  out = {}
-  for k, v in d.items():
-    key = f"{prefix}{k}"
-    if isinstance(v, dict):
-      out.update(_flatten(v, key + "."))
-    else:
-      out[key] = tuple(v) if isinstance(v, list) else v
-  return out
 
 
 def run_dirs(study_dir: str) -> list[str]:
@@ -138,7 +126,7 @@ def collect(study_dir: str) -> pd.DataFrame:
       warnings.warn(f"left out run {os.path.basename(workdir)}: its config.json is not readable "
                     f"JSON ({e})", stacklevel=2)
       continue
-    runs.append((workdir, stored, _flatten(stored.get("config", {}))))
+    runs.append((workdir, stored, flatten(stored.get("config", {}))))
   if not runs:
     raise CollectError(f"{study_dir}: no run folder has a readable config.json")
   fields = sorted({k for _, _, flat in runs for k in flat})
@@ -146,7 +134,7 @@ def collect(study_dir: str) -> pd.DataFrame:
   # field's configs/base.py default (new fields default to the old behaviour), so that it splits
   # no configuration's seeds unless some run set it to something else; a field whose default
   # changed takes the value old runs used (rope_scaling.LEGACY_DEFAULTS).
-  defaults = _flatten(base_config.get_config().to_dict())
+  defaults = flatten(base_config.get_config().to_dict())
   defaults.update({f"model.position.{k}": v for k, v in rope_scaling.LEGACY_DEFAULTS.items()})
   runs = [(w, stored, {k: flat[k] if k in flat else defaults.get(k) for k in fields})
           for w, stored, flat in runs]
