@@ -33,6 +33,7 @@ one or two steps, so the budget is a stated 10%, overridable like every field:
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from configs.errors import ConfigError
@@ -117,7 +118,8 @@ def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
     path: another factors.json.
 
   Raises:
-    ConfigError: the file is missing (naming the search command) or is not a search's output.
+    ConfigError: the file is missing (naming the search command), is not a search's output, or
+      was searched on another parent or for another s.
   """
   path = path or os.path.join(parent, "longrope_search", f"x{s:g}", "factors.json")
   if not os.path.isfile(path):
@@ -125,7 +127,14 @@ def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
                       f"--workdir={parent} --target_len=<{s:g} x train_len> first")
   try:
     with open(path) as f:
-      fields = json.load(f)["model_position"]
+      stored = json.load(f)
+    fields = stored["model_position"]
   except (ValueError, KeyError) as e:
     raise ConfigError(f"{path} is not a factors.json of sweeps.longrope_search: {e}") from e
+  searched_on = stored.get("parent", {}).get("workdir")
+  if searched_on is not None and searched_on != os.path.abspath(parent):
+    raise ConfigError(f"{path} was searched on {searched_on}, not on the parent {parent}")
+  if not math.isclose(float(fields.get("rope_scaling_factor", s)), s):
+    raise ConfigError(f"{path} holds factors for s={fields.get('rope_scaling_factor')}, not the "
+                      f"recipe's s={s:g}; give the factor of the search (or search at s={s:g})")
   return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}

@@ -180,6 +180,7 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
 
   Raises:
     ConfigError: train.init_from is not a training run's workdir, is the new run's own workdir,
+      is not the parent a resumed run's config.json records,
       has no checkpoint (or none at <step>, listing those it has), or the configs are
       incompatible (`check_shapes`; a different data.tokenizer).
   """
@@ -192,6 +193,10 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
     with open(own) as f:
       recorded = json.load(f).get("parent")
     if recorded is not None:
+      if os.path.abspath(parent_dir) != recorded["workdir"]:
+        raise ConfigError(f"train.init_from={value!r}: this run's config.json records its parent "
+                          f"as {recorded['workdir']} (it resumes from its own checkpoints); give "
+                          "that train.init_from, or a new --workdir")
       return Parent(recorded["workdir"], recorded["step"], None, recorded["config_hash"])
   if os.path.abspath(parent_dir) == os.path.abspath(workdir):
     raise ConfigError(f"train.init_from={value!r} is this run's own --workdir; name another run")

@@ -113,6 +113,9 @@ def test_longrope_needs_the_search_and_a_rope_parent(parent, text_corpus, tmp_pa
   with pytest.raises(ConfigError, match=r"x8/factors.json does not exist: run python -m "
                                         r"sweeps.longrope_search"):
     recipe("longrope")(parent + ",8")
+  with pytest.raises(ConfigError, match=r"holds factors for s=4.0, not the recipe's s=2"):
+    recipe("longrope")(parent + ",2," + os.path.join(parent, "longrope_search", "x4",
+                                                      "factors.json"))
   alibi = str(tmp_path / "alibi")
   c = tiny_config(text_corpus, "alibi")
   c.train.num_steps = c.train.checkpoint_every_steps = 1

@@ -222,3 +222,16 @@ def test_collect_and_report_name_the_parent(text_corpus, parent):
   assert "cfg.train.init_from" not in collect.configuration_columns(frame.columns)
   page, _ = report.build_report(frame, "warm starts")
   assert f"{os.path.basename(parent)}@4" in page
+
+
+def test_a_rerun_naming_another_parent_is_refused(text_corpus, parent, tmp_path):
+  child = str(tmp_path / "child")
+  c = child_config(text_corpus, parent, **{"train.num_steps": 1, "train.warmup_steps": 0,
+                                           "train.checkpoint_every_steps": 1})
+  train.train_and_evaluate(c, child, devices=_devices())
+  other = str(tmp_path / "other")
+  shutil.copytree(parent, other)
+  c.train.init_from = other
+  with pytest.raises(ConfigError, match=r"this run's config.json records its parent as .*rope "
+                                        r"\(it resumes from its own checkpoints\)"):
+    train.train_and_evaluate(c, child, devices=_devices())
