@@ -111,7 +111,7 @@ def _culprit(parent_config, config, mesh, parent_shapes: dict, table: str | None
     for key in path:
       node = node[key]
     with node.ignore_type():
-      node[leaf] = _get(config, field)
+      node[leaf] = new[field]
     try:
       shapes = _shapes(model_spec(trial, mesh))
       if table in shapes and table in parent_shapes:
@@ -121,13 +121,6 @@ def _culprit(parent_config, config, mesh, parent_shapes: dict, table: str | None
     except (ConfigError, ValueError, TypeError):
       return field, old.get(field), new[field]
   return (changed[0], old.get(changed[0]), new[changed[0]]) if changed else (None, None, None)
-
-
-def _get(config, field: str):
-  node = config
-  for key in field.split("."):
-    node = node[key]
-  return node
 
 
 def learned_table_path(config, spec: ModelSpec) -> str | None:

@@ -1,5 +1,6 @@
 """Test setup: 8 fake CPU devices (before JAX is imported) and small, real-text fixtures."""
 
+import contextlib
 import glob
 import os
 import shutil
@@ -17,6 +18,7 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SESSION_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import pytest  # noqa: E402
+from jax import monitoring  # noqa: E402  (after XLA_FLAGS above)
 
 from configs import base  # noqa: E402
 
@@ -32,6 +34,25 @@ def text_corpus(tmp_path_factory) -> str:
       if os.path.getsize(path) > 2000:
         shutil.copy(path, out / f"{pkg}_{os.path.basename(path)}.txt")
   return str(out / "*.txt")
+
+
+@contextlib.contextmanager
+def no_compilation():
+  """Fails if XLA compiles anything inside the block (or fetches a program from the persistent
+  compilation cache the tests share, which stands for a compilation)."""
+  compiled = []
+
+  def listener(event, duration, **_):
+    if event in ("/jax/core/compile/backend_compile_duration",
+                 "/jax/compilation_cache/cache_retrieval_time_sec"):
+      compiled.append(duration)
+
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  assert not compiled, f"{len(compiled)} compilation(s) before the error"
 
 
 def tiny_config(text_glob: str, kind: str = "alibi"):

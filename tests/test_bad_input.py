@@ -2,16 +2,14 @@
 the field and what is allowed, before anything is compiled, and leaves existing files as they
 were."""
 
-import contextlib
 import dataclasses
 import os
 
 import jax
 import pytest
-from jax import monitoring
 
 import train
-from conftest import tiny_config, write_config_file
+from conftest import no_compilation, tiny_config, write_config_file
 from configs.validate import ConfigError
 from data import corpora
 from eval import run as eval_run
@@ -28,25 +26,6 @@ def snapshot(folder) -> dict:
       st = os.stat(os.path.join(root, name))
       out[os.path.relpath(os.path.join(root, name), folder)] = (st.st_size, st.st_mtime_ns)
   return out
-
-
-@contextlib.contextmanager
-def no_compilation():
-  """Fails if XLA compiles anything inside the block (or fetches a program from the persistent
-  compilation cache the tests share, which stands for a compilation)."""
-  compiled = []
-
-  def listener(event, duration, **_):
-    if event in ("/jax/core/compile/backend_compile_duration",
-                 "/jax/compilation_cache/cache_retrieval_time_sec"):
-      compiled.append(duration)
-
-  monitoring.register_event_duration_secs_listener(listener)
-  try:
-    yield
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
-  assert not compiled, f"{len(compiled)} compilation(s) before the error"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ RoPE score on the same windows, one compilation per n-hat, the same factors from
 and an uninterrupted search, factors.json that configures a valid LongRoPE model (and the printed
 eval.run command that reproduces the best score), and bad input refused before compilation."""
 
-import contextlib
 import json
 import math
 import os
@@ -16,10 +15,9 @@ import sys
 import jax
 import numpy as np
 import pytest
-from jax import monitoring
 
 import train
-from conftest import tiny_config
+from conftest import no_compilation, tiny_config
 from configs.errors import ConfigError
 from configs.validate import validate
 from eval import run as eval_run
@@ -35,24 +33,6 @@ SMALL = dict(population=5, generations=3, parents=2, keep_first_candidates=(0, 2
 
 def _devices():
   return jax.devices()[:1]
-
-
-@contextlib.contextmanager
-def no_compilation():
-  """Fails if XLA compiles (or fetches from the persistent cache) anything inside the block."""
-  compiled = []
-
-  def listener(event, duration, **_):
-    if event in ("/jax/core/compile/backend_compile_duration",
-                 "/jax/compilation_cache/cache_retrieval_time_sec"):
-      compiled.append(duration)
-
-  monitoring.register_event_duration_secs_listener(listener)
-  try:
-    yield
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
-  assert not compiled, f"{len(compiled)} compilation(s) before the error"
 
 
 @pytest.fixture(scope="module")
