@@ -9,7 +9,14 @@ For each length L = m x train_len it compiles eval/perplexity.py's scoring funct
 
   - memory: XLA's compiled memory analysis of that call (arguments + outputs + temporaries,
     MB), and the temporaries alone; per window token, to read linear growth as a flat line;
-  - time: the median wall time of scoring that batch (5 calls after a warm-up), and tokens/s.
+  - compile: seconds to lower and compile that call, and the bytes of host constants JAX
+    captured into the program while lowering it (its "constants were captured" report; the
+    O(L^2) numpy masks of issue 18 showed up here);
+  - time: the median wall time of scoring that batch (`--repeats` calls after a warm-up), and
+    tokens/s.
+
+Fractional multipliers give lengths that are not a multiple of the chunk (e.g. 32.4 x 256 =
+8294 tokens), the case that used to unroll the chunk loop.
 
 Attention runs in query chunks of `model.attention_chunk` tokens (models/attention.py), so the
 temporaries grow as O(L x chunk) per window rather than O(L^2); with a fixed token budget per
@@ -21,9 +28,11 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import sys
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -41,6 +50,29 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("kind", "alibi", "positional scheme (model.position.kind)")
 flags.DEFINE_list("multipliers", ["1", "2", "4", "8", "16", "32"], "lengths, x train_len")
 flags.DEFINE_integer("batch_tokens", 16384, "eval.batch_tokens: tokens per scoring batch")
+flags.DEFINE_integer("repeats", 5, "timed calls per length (after one warm-up); 0 = no timing")
+
+_UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
+
+
+def lower_and_compile(fn, *args):
+  """(compiled, seconds to lower and compile, captured constant bytes) of `fn(*args)`."""
+  old = jax.config.jax_captured_constants_warn_bytes
+  jax.config.update("jax_captured_constants_warn_bytes", 1)
+  try:
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      t0 = time.perf_counter()
+      compiled = fn.lower(*args).compile()
+      seconds = time.perf_counter() - t0
+  finally:
+    jax.config.update("jax_captured_constants_warn_bytes", old)
+  captured = 0.0
+  for w in caught:
+    m = re.search(r"constants were captured.*?\(([\d.]+)\s*([KMGT]?B) total", str(w.message))
+    if m:
+      captured += float(m.group(1)) * _UNITS[m.group(2)]
+  return compiled, seconds, captured
 
 
 def main(argv):
@@ -56,9 +88,9 @@ def main(argv):
         f"{jax.__version__}; configs/alibi_tiny.py with kind={FLAGS.kind}, train_len "
         f"{c.data.train_len}, model.attention_chunk {c.model.attention_chunk}, batch_tokens "
         f"{c.eval.batch_tokens}")
-  print("| length | x train_len | windows/batch | memory MB | temporaries MB | bytes/token | "
-        "ms/batch | tokens/s |")
-  print("|---|---|---|---|---|---|---|---|")
+  print("| length | x train_len | windows/batch | compile s | constants MB | memory MB | "
+        "temporaries MB | bytes/token | ms/batch | tokens/s |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   rng = np.random.default_rng(0)
   for m in FLAGS.multipliers:
     length = int(round(float(m) * c.data.train_len))
@@ -69,21 +101,22 @@ def main(argv):
              "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (windows, length)),
              "segment_ids": np.ones((windows, length), np.int32),
              "weights": np.ones((windows, length), np.float32)}
-    compiled = nll_fn.lower(params, batch).compile()
+    compiled, compile_s, captured = lower_and_compile(nll_fn, params, batch)
     mem = compiled.memory_analysis()
     total = (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
              - mem.alias_size_in_bytes)
-    jax.block_until_ready(compiled(params, batch))
     times = []
-    for _ in range(5):
+    if FLAGS.repeats:
+      jax.block_until_ready(compiled(params, batch))
+    for _ in range(FLAGS.repeats):
       t0 = time.perf_counter()
       jax.block_until_ready(compiled(params, batch))
       times.append(time.perf_counter() - t0)
-    t = statistics.median(times)
     n = windows * length
-    print(f"| {length} | {float(m):g} | {windows} | {total / 2**20:.1f} | "
-          f"{mem.temp_size_in_bytes / 2**20:.1f} | {total / n:,.0f} | {1e3 * t:.1f} | "
-          f"{n / t:,.0f} |", flush=True)
+    t = statistics.median(times) if times else float("nan")
+    print(f"| {length} | {float(m):g} | {windows} | {compile_s:.1f} | {captured / 2**20:.2f} | "
+          f"{total / 2**20:.1f} | {mem.temp_size_in_bytes / 2**20:.1f} | {total / n:,.0f} | "
+          f"{1e3 * t:.1f} | {n / t:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from models.kernels import flash
+from models.kernels import flash, partition
 from models.kernels.spec import KernelSpec
 from models.position_transforms import PositionTransform, attention_temperature_scale
 from models.positions import Dims, PositionalScheme
@@ -65,18 +65,15 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
   Returns:
     bool [batch or 1, 1, q_len, k_len].
   """
-  if q_offset is None:
-    query_index = np.arange(q_len)[:, None] + (k_len - q_len)
-    causal = query_index >= np.arange(k_len)[None, :]
-    if window > 0:
-      causal &= query_index - np.arange(k_len)[None, :] < window
-    mask = jnp.asarray(causal)[None, None]
-  else:
-    distance = (q_offset + jnp.arange(q_len))[:, None] - jnp.arange(k_len)[None, :]
-    causal = distance >= 0
-    if window > 0:
-      causal &= distance < window
-    mask = causal[None, None]
+  # Built from iotas, on device: a numpy mask here would be captured into the compiled program
+  # as a constant of q_len x k_len bytes (20 GB at 100,000 tokens).
+  offset = k_len - q_len if q_offset is None else q_offset
+  query_index = jax.lax.broadcasted_iota(jnp.int32, (q_len, k_len), 0) + offset
+  distance = query_index - jax.lax.broadcasted_iota(jnp.int32, (q_len, k_len), 1)
+  causal = distance >= 0
+  if window > 0:
+    causal &= distance < window
+  mask = causal[None, None]
   if q_segment_ids is not None:
     same = q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :]
     mask = mask & same
@@ -195,6 +192,7 @@ class Attention(nnx.Module):
     self.temperature = temperature
     self.temperature_train_len = dims.train_len
     self.impl = dims.attention_impl  # "xla" | "pallas" (model.attention_impl)
+    self.kernel_blocks = flash.BlockSizes(*dims.kernel_blocks)  # model.kernel_block_* (tokens)
 
   def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
                scheme: PositionalScheme, cache: KVCache | None = None):
@@ -224,40 +222,40 @@ class Attention(nnx.Module):
       cache = cache.replace(k=k, v=v)
     # ---- fused kernel (model.attention_impl="pallas"; models/kernels/flash.py) ----
     spec = self._kernel_spec(scheme, positions, cache, q.shape[-1])
-    if spec is not None:
-      out = flash.flash_attention(q, k, v, positions, positions, segment_ids, segment_ids, spec)
+    if spec is not None:  # per device in shard_map on the trace's mesh (kernels/partition.py)
+      out = partition.partitioned_flash_attention(q, k, v, positions, positions, segment_ids,
+                                                  segment_ids, spec, block_sizes=self.kernel_blocks)
       wo = self.wo[...].astype(self.dtype)
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
     rotated = self._rotate(q, k, positions, k_positions, scheme)
-    # Query chunks bound memory to O(seq x chunk) per head. With seq a multiple of the chunk
-    # they run one after another in `lax.map` against all keys (or the whole cache, e.g. a long
-    # prefill): XLA keeps the logits of every chunk of an unrolled loop alive at once
-    # (bench/eval_memory.py; with FIRE's per-pair MLP a 4,096-token prefill needed 26 GB);
-    # otherwise an unrolled loop where chunk [c0, c1) only needs keys [0, c1) (or the cache).
+    # Query chunks bound memory to O(seq x chunk) per head: the whole chunks run one after
+    # another in `lax.map` against all keys (or the whole cache, e.g. a long prefill), then the
+    # last seq % chunk queries. One loop body whatever the length, so the program and its
+    # compile time do not grow with seq, and one chunk's logits are alive at a time (an
+    # unrolled loop kept every chunk's logits alive: with FIRE's per-pair MLP a 4,096-token
+    # prefill needed 26 GB, bench/eval_memory.py). Masked logits above the diagonal are
+    # computed, not skipped: the price of static shapes.
     chunk = self.chunk if 0 < self.chunk < s else s
-    k_len = k.shape[1]
-    if chunk < s and s % chunk == 0:
-      k_end = s if cache is None else k_len
+    k_end = s if cache is None else k.shape[1]
 
-      def one_chunk(c0):
-        offset = c0 if cache is None else q_offset + c0
-        logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
-                                    k_segment_ids, c0, chunk, k_end, offset)
-        return attend(logits, mask, v[:, :k_end]).astype(q.dtype)  # [batch, chunk, heads, hd]
+    def one_chunk(c0, length):
+      offset = c0 + (0 if cache is None else q_offset)
+      logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
+                                  k_segment_ids, c0, length, k_end, offset)
+      return attend(logits, mask, v[:, :k_end]).astype(q.dtype)  # [batch, length, heads, hd]
 
-      out = jax.lax.map(one_chunk, jnp.arange(0, s, chunk, dtype=jnp.int32))
-      out = out.transpose(1, 0, 2, 3, 4).reshape(b, s, *out.shape[3:])
-    else:
-      outs = []
-      for c0 in range(0, s, chunk):
-        c1 = min(c0 + chunk, s)
-        k_end = c1 if cache is None else k_len
-        offset = None if cache is None else q_offset + c0
-        logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
-                                    k_segment_ids, c0, c1 - c0, k_end, offset)
-        outs.append(attend(logits, mask, v[:, :k_end]).astype(q.dtype))
-      out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+    whole = s - s % chunk  # queries in whole chunks
+    parts = []
+    if whole == chunk:
+      parts.append(one_chunk(0, chunk))
+    elif whole:
+      starts = jnp.arange(0, whole, chunk, dtype=jnp.int32)
+      out = jax.lax.map(lambda c0: one_chunk(c0, chunk), starts)
+      parts.append(out.transpose(1, 0, 2, 3, 4).reshape(b, whole, *out.shape[3:]))
+    if whole < s:
+      parts.append(one_chunk(whole, s - whole))
+    out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=1)
     wo = self.wo[...].astype(self.dtype)
     out = (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     return out if cache is None else (out, cache)
@@ -352,12 +350,19 @@ class Attention(nnx.Module):
     different lengths), a sliding window, log-n scaling, the attention temperature (a per-query
     scale the kernel has no field for), an eval-time position transform, a scheme without a kernel
     form or with options it cannot take, e.g. LongRoPE's keep_first (its `kernel_spec` returns a
-    reason), or a spec the backend's kernel cannot take (`flash.unsupported_reason`).
+    reason), context parallelism (a "context" axis of size > 1 in the trace's mesh,
+    `jax.sharding.get_abstract_mesh()`: the kernel does not split the sequence), or a spec or
+    tile sizes (model.kernel_block_*) the backend's kernel cannot take at this sequence length
+    (`flash.unsupported_reason`, e.g. Mosaic's key tiles of 128 lanes).
     """
     if self.impl != "pallas":
       return None
+    context = dict(jax.sharding.get_abstract_mesh().shape).get("context", 1)
     if cache is not None:
       reason = "KV-cache decoding"
+    elif context > 1:
+      reason = (f"context parallelism (mesh axis 'context' of size {context}; the kernel does "
+                f"not split the sequence)")
     elif self.window:
       reason = f"sliding-window layer (window {self.window})"
     elif self.logn_train_len:
@@ -369,7 +374,8 @@ class Attention(nnx.Module):
       reason = f"position transform {self.transform.kind!r}"
     else:
       spec = scheme.kernel_spec(self.layer, positions, positions)
-      reason = spec if isinstance(spec, str) else flash.unsupported_reason(spec, head_dim)
+      reason = spec if isinstance(spec, str) else flash.unsupported_reason(
+          spec, head_dim, seq_len=positions.shape[-1], block_sizes=self.kernel_blocks)
       if reason is None:
         return spec
     if reason not in _FALLBACKS_LOGGED:
