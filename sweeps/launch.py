@@ -25,16 +25,23 @@ Backends:
           mount --tpu_bucket at --tpu_mount (--rename-dir-limit, so that Orbax's rename of a
           finished checkpoint works on a flat bucket), clone or fetch the code at --tpu_git_ref,
           make a Python 3.11 virtual environment with uv (TPU VM images ship Python 3.10, and
-          JAX needs 3.11) and `pip install -e .` into it; then run each pending run's commands
+          JAX needs 3.11) and `uv pip install -e '.[tpu]'` into it (it has no pip and needs
+          none: the default corpus is fetched with the standard library, data/corpora.py);
+          then run each pending run's commands
           on --worker=all, one run at a time per TPU (one process per host; train.py's and
           eval.run's jax.distributed start-up joins them). --root is the
           workdirs' folder on the workers, an absolute path under the mount (train.py writes
           with file I/O, so no gs:// URL); this machine reads the runs' state through
-          gs://<bucket>/... (etils.epath: needs gcsfs), or, without a bucket, at --root itself
-          (a shared file system mounted here too). Logs: --log_root/<study>/<run>.log here.
-  slurm   writes <root>/<study>/<run>/slurm.sbatch per pending run (the install, under flock,
-          only when the venv is new or pyproject.toml changed; then `srun` train.py and eval.run
-          on --slurm_nodes nodes, one process per node) and submits it with `sbatch`. --root and
+          gs://<bucket>/... (etils.epath: needs gcsfs, `pip install -e '.[gcs]'`), or, without a
+          bucket, at --root itself (a shared file system mounted here too). Logs:
+          --log_root/<study>/<run>.log here.
+  slurm   writes <root>/<study>/<run>/slurm.sbatch per pending run (the install of
+          `-e <code>[cuda12]`, under flock, only when the venv is new or pyproject.toml changed;
+          then `srun` train.py and eval.run on --slurm_nodes nodes, one process per node) and
+          submits it with `sbatch`. --slurm_signal_grace seconds (default 120) before the time
+          limit the tasks get SIGTERM (train.py saves a checkpoint) and the job requeues itself;
+          a preempted job is requeued by SLURM (#SBATCH --requeue); a requeued job resumes from
+          the checkpoint and skips the steps already done. --root and
           --slurm_code_dir must be folders every node sees, and the nodes' python3 must be
           >= 3.11 (e.g. --slurm_setup='module load python/3.11').
 
@@ -52,6 +59,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
+import importlib.util
 import json
 import math
 import os
@@ -67,6 +75,7 @@ from absl import app, flags, logging
 
 from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
+from runs.checkpoint import committed_steps
 from sweeps import workdirs
 from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
     validate_run
@@ -76,6 +85,8 @@ SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}")  # sbatch --time f
 PYTHON_VERSION = "3.11"  # pyproject.toml's requires-python; the tpu backend's venv has it
 TPU_VENV_PYTHON = ".venv/bin/python"  # the tpu backend's interpreter, in the code folder
 GCSFUSE_RENAME_DIR_LIMIT = 200_000  # files per renamed folder gcsfuse allows (Orbax's commit)
+SLURM_SIGNAL_GRACE_S = 120  # default seconds between the time-limit notice and the limit
+SLURM_MAX_SIGNAL_S = 65535  # the largest sig_time sbatch --signal accepts
 LOG_NAME = "launch.log"
 MANIFEST = "study.json"
 SBATCH_NAME = "slurm.sbatch"
@@ -172,9 +183,14 @@ def plan(study: Study, root: str, *, num_devices: int | None, read_state: bool,
 
   Raises:
     ConfigError: a bad study, run config or command (before anything is launched).
-    LaunchError: a root that cannot be read.
+    LaunchError: a root that cannot be read, or a gs:// root to read without gcsfs installed
+      (the message says `pip install -e '.[gcs]'`).
   """
   state_root = state_root or root
+  if read_state and workdirs.is_remote(state_root) and state_root.startswith("gs://") \
+      and importlib.util.find_spec("gcsfs") is None:
+    raise LaunchError(f"reading the runs' state at {state_root} needs gcsfs here: "
+                      "pip install -e '.[gcs]' (and gcloud auth application-default login)")
   runs = study.runs()
   check_commands(runs, study.base_config())
   out = []
@@ -189,7 +205,7 @@ def plan(study: Study, root: str, *, num_devices: int | None, read_state: bool,
         state = workdirs.run_state(run, state_dir)
       except Exception as e:  # epath raises the bucket library's own errors
         raise LaunchError(f"cannot read {state_dir}: {e}"
-                          + (" (gs:// needs `pip install gcsfs` and `gcloud auth "
+                          + (" (gs:// needs `pip install -e '.[gcs]'` and `gcloud auth "
                              "application-default login`)" if workdirs.is_remote(state_root)
                              else "")) from None
     out.append(Planned(run, workdir, state_dir, state))
@@ -424,8 +440,15 @@ def tpu_setup_lines(opts: TpuOptions, tpu: str) -> list[str]:
   """Shell lines that create the TPU VM `tpu` unless it exists, then on every worker install
   gcsfuse if missing and mount the bucket (if any), put the code at `opts.git_ref` in
   `opts.code_dir` (cloned from `opts.repo`, or fetched after pointing `origin` at it) and
-  install it: into a Python `PYTHON_VERSION` venv made with uv (`TPU_VENV_PYTHON`), or with
-  `opts.python -m pip` when --python names an interpreter."""
+  install it with its `tpu` extra (jax[tpu]; plus `opts.jax_requirement` if set): into a Python
+  `PYTHON_VERSION` venv made with uv (`TPU_VENV_PYTHON`; it has no pip, and needs none: the
+  default corpus is fetched with the standard library, data/corpora.py), or with
+  `opts.python -m pip` when --python names an interpreter.
+
+  Returns:
+    Two shell lines: `gcloud ... describe || gcloud ... create`, then the `gcloud ... ssh
+    --worker=all` that sets every worker up.
+  """
   create = [f"--accelerator-type={opts.accelerator_type}", f"--version={opts.runtime_version}"]
   if opts.spot:
     create.append("--spot")
@@ -440,14 +463,15 @@ def tpu_setup_lines(opts: TpuOptions, tpu: str) -> list[str]:
   code_lines = (f"if [ -d {code}/.git ]; then git -C {code} remote set-url origin {repo} && "
                 f"git -C {code} fetch --quiet origin; else git clone --quiet {repo} {code}; fi; "
                 f"git -C {code} checkout --quiet --detach {shlex.quote(opts.git_ref)}; ")
-  jax = shlex.quote(opts.jax_requirement)
+  # the code with its `tpu` extra (jax[tpu]), and --jax_requirement if given
+  what = shlex.join(["-e", ".[tpu]"] + ([opts.jax_requirement] if opts.jax_requirement else []))
   if opts.python == TPU_VENV_PYTHON:
     uv = '"$HOME/.local/bin/uv"'
     install = (f"{UV_INSTALL}cd {code} && {{ [ -x {TPU_VENV_PYTHON} ] || {uv} venv --quiet "
                f"--python {PYTHON_VERSION} .venv; }} && {uv} pip install --quiet "
-               f"--python {TPU_VENV_PYTHON} -e . {jax}")
+               f"--python {TPU_VENV_PYTHON} {what}")
   else:
-    install = f"cd {code} && {shlex.quote(opts.python)} -m pip install --quiet -e . {jax}"
+    install = f"cd {code} && {shlex.quote(opts.python)} -m pip install --quiet {what}"
   remote = f"set -e; {mount}{code_lines}{install}"
   return [f"{_gcloud(opts, 'describe', tpu)} >/dev/null 2>&1 || {_gcloud(opts, 'create', tpu, *create)}",
           _gcloud(opts, "ssh", tpu, "--worker=all", f"--command={remote}")]
@@ -512,7 +536,14 @@ def launch_tpu(study: Study, planned: Sequence[Planned], opts: TpuOptions, *, pa
 
 @dataclasses.dataclass(frozen=True)
 class SlurmOptions:
-  """sbatch settings of the slurm backend (see the --slurm_* flags)."""
+  """sbatch settings of the slurm backend (see the --slurm_* flags).
+
+  Attributes:
+    signal_grace: seconds before the time limit at which the job is told to stop
+      (`#SBATCH --signal=B:USR1@<signal_grace>`): time for train.py to save a checkpoint.
+    jax_requirement: an extra pip requirement installed with the code ('' = none; the code's
+      `cuda12` extra is installed when gpus_per_node > 0).
+  """
 
   nodes: int
   gpus_per_node: int
@@ -524,16 +555,120 @@ class SlurmOptions:
   code_dir: str
   venv: str
   jax_requirement: str
+  signal_grace: int = SLURM_SIGNAL_GRACE_S
+
+
+def slurm_time_seconds(limit: str) -> int:
+  """An sbatch --time limit in seconds.
+
+  Args:
+    limit: minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes or
+      days-hours:minutes:seconds (SLURM's formats, `SLURM_TIME`).
+
+  Raises:
+    LaunchError: `limit` is in none of those formats.
+  """
+  if not SLURM_TIME.fullmatch(limit):
+    raise LaunchError(f"--slurm_time={limit!r} is not a SLURM time limit: minutes, "
+                      "minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes or "
+                      "days-hours:minutes:seconds")
+  days, dash, rest = limit.rpartition("-")
+  parts = [int(x) for x in rest.split(":")]
+  if dash:  # days-hours[:minutes[:seconds]]
+    h, m, sec = (parts + [0, 0])[:3]
+    return ((int(days) * 24 + h) * 60 + m) * 60 + sec
+  if len(parts) == 1:
+    return parts[0] * 60
+  if len(parts) == 2:
+    return parts[0] * 60 + parts[1]
+  return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def check_signal_grace(grace: int, limit: str) -> int:
+  """Checks --slurm_signal_grace against --slurm_time; returns `grace` (seconds).
+
+  Raises:
+    LaunchError: `limit` is not a SLURM time limit, or `grace` is < 1 s, > 65535 s (sbatch's
+      largest) or not shorter than `limit`.
+  """
+  seconds = slurm_time_seconds(limit)
+  if not 1 <= grace <= SLURM_MAX_SIGNAL_S or grace >= seconds:
+    raise LaunchError(f"--slurm_signal_grace={grace} must be >= 1 s, <= {SLURM_MAX_SIGNAL_S} s "
+                      f"and shorter than --slurm_time={limit} ({seconds} s)")
+  return grace
+
+
+def steps_in_place(workdir: str, num_steps: int | str, results: str) -> list[int]:
+  """The steps of a run that need not run again: those whose every result is in
+  `<workdir>/eval/` at the final checkpoint (`num_steps`), which must be committed (none when it
+  is not). A requeued slurm job's script asks this once, before its steps (`sbatch_script`).
+
+  Args:
+    workdir: the run's workdir.
+    num_steps: train.num_steps (an int, or its decimal string from the command line).
+    results: JSON list, per step in order, of the list of its ResultKeys as dicts
+      (`ResultKey._asdict()`).
+
+  Returns:
+    The indices (0-based, in `results`' order) of the steps whose results are in place.
+
+  Raises:
+    OSError: the workdir cannot be read; ValueError / TypeError: malformed arguments.
+  """
+  step = int(num_steps)
+  if step not in committed_steps(workdir):
+    return []
+  present = workdirs.present_results(workdir, step)
+  return [i for i, keys in enumerate(json.loads(results))
+          if all(ResultKey(**k) in present for k in keys)]
+
+
+# The part of every sbatch script that handles the time limit, preemption and requeues.
+SLURM_STEPS = r"""# Time limit: SLURM sends SIGUSR1 to this script {grace} s before it (--signal=B:USR1@{grace});
+# the trap passes SIGTERM to every task of the running step (scancel --signal=TERM signals the
+# steps, not this script: train.py on each node saves a checkpoint and exits 0), runs no further
+# step and requeues the job, so the script starts again from the top and train.py resumes from
+# that checkpoint. Preemption: SLURM sends SIGTERM to every process itself and requeues the job
+# (--requeue); this script waits for the step to stop and runs no further step. A requeued start
+# (SLURM_RESTART_COUNT > 0) skips each step whose results are already in the workdir.
+stop=""
+trap 'stop=timelimit; echo "sweeps.launch: time limit in {grace} s: SIGTERM to the tasks; the job will be requeued" >&2; scancel --signal=TERM "$SLURM_JOB_ID" || true' USR1
+trap 'stop=${{stop:-terminated}}; echo "sweeps.launch: SIGTERM (preempted or cancelled): waiting for the step to stop" >&2' TERM
+in_place=""
+if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then
+  in_place=$({python} -c 'import sys; from sweeps.launch import steps_in_place; print(*steps_in_place(*sys.argv[1:]))' {workdir} {num_steps} {results}) || in_place=""  # unread: run them
+fi
+run_step() {{  # run_step <index> <label> <command...>
+  local index=$1 label=$2 pid rc=0
+  shift 2
+  [ -z "$stop" ] || return 0
+  case " $in_place " in *" $index "*)
+    echo "sweeps.launch: $label: its results are in place; skipped (restart $SLURM_RESTART_COUNT)" >&2
+    return 0;;
+  esac
+  "$@" &  # in the background, so that the traps run at once, not when the step ends
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
+  wait "$pid" || rc=$?
+  [ -z "$stop" ] || return 0  # stopped by a signal: its exit status is the signal's
+  return "$rc"
+}}"""
 
 
 def sbatch_script(opts: SlurmOptions, study: Study, planned: Planned) -> str:
   """The sbatch script of one run: resources, setup lines, the install step (once per venv,
-  serialized by flock), then each command through srun, one process per node."""
+  serialized by flock), then each command through srun, one process per node, each under
+  `run_step` (SLURM_STEPS): `--signal_grace` seconds before the time limit the tasks get
+  SIGTERM (train.py saves a checkpoint) and the job requeues itself; a preempted job is
+  requeued by SLURM (`#SBATCH --requeue`); a requeued start skips the steps already done.
+  Running the script again is safe at any point: the install runs only when needed, train.py
+  resumes from its latest checkpoint, results are written atomically."""
   python = os.path.join(opts.venv, "bin", "python")
   directives = [f"--job-name={study.name}/{planned.run.name}",
                 f"--output={os.path.join(planned.workdir, LOG_NAME)}", "--open-mode=append",
                 f"--nodes={opts.nodes}", "--ntasks-per-node=1",
-                f"--cpus-per-task={opts.cpus_per_task}", f"--time={opts.time}"]
+                f"--cpus-per-task={opts.cpus_per_task}", f"--time={opts.time}",
+                f"--signal=B:USR1@{opts.signal_grace}", "--requeue"]
   if opts.gpus_per_node:
     directives.append(f"--gpus-per-node={opts.gpus_per_node}")
   if opts.partition:
@@ -543,21 +678,31 @@ def sbatch_script(opts: SlurmOptions, study: Study, planned: Planned) -> str:
   venv, code = shlex.quote(opts.venv), shlex.quote(opts.code_dir)
   stamp = shlex.quote(os.path.join(opts.venv, ".installed"))
   version = tuple(int(x) for x in PYTHON_VERSION.split("."))
+  what = shlex.join(["-e", opts.code_dir + ("[cuda12]" if opts.gpus_per_node else "")]
+                    + ([opts.jax_requirement] if opts.jax_requirement else []))
   install = (f"[ -x {shlex.quote(python)} ] || {{ python3 -c 'import sys; "
              f"sys.exit(sys.version_info < {version})' || {{ echo \"error: python3 on $(hostname) "
              f"is $(python3 -V 2>&1); the runs need >= {PYTHON_VERSION}: load one with "
              f"--slurm_setup\" >&2; exit 2; }}; python3 -m venv {venv}; }}; "
-             f"[ {stamp} -nt {code}/pyproject.toml ] || {{ {shlex.quote(python)} -m pip install "
-             f"--quiet -e {code} {shlex.quote(opts.jax_requirement)} && touch {stamp}; }}")
+             f"{{ [ {stamp} -nt {code}/pyproject.toml ] && [ \"$(cat {stamp})\" = "
+             f"{shlex.quote(what)} ]; }} || {{ {shlex.quote(python)} -m pip install --quiet "
+             f"{what} && printf '%s\\n' {shlex.quote(what)} > {stamp}; }}")
   srun = f"srun --nodes={opts.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1"
   lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
       f"# study {study.name}, run {planned.run.name}: written by sweeps.launch", "set -euo pipefail",
       *opts.setup, f"cd {shlex.quote(opts.code_dir)}",
-      "# install: when the venv is new or pyproject.toml changed (the code is installed "
-      "editable); flock keeps concurrent jobs from installing at once",
-      f"flock {shlex.quote(opts.venv + '.lock')} bash -c {shlex.quote(install)}"]
-  for step in run_steps(planned, python, study.config_arg()):
-    lines.append(f"{srun} {step.line}")
+      "# install: when the venv is new, pyproject.toml changed or the install line did (the "
+      "code is installed editable); flock keeps concurrent jobs from installing at once",
+      f"flock {shlex.quote(opts.venv + '.lock')} bash -c {shlex.quote(install)}",
+  ]
+  steps = run_steps(planned, python, study.config_arg())
+  results = json.dumps([[k._asdict() for k in s.results] for s in steps], separators=(",", ":"))
+  lines.append(SLURM_STEPS.format(grace=opts.signal_grace, python=shlex.quote(python),
+                                  workdir=shlex.quote(planned.workdir),
+                                  num_steps=planned.run.num_steps, results=shlex.quote(results)))
+  for i, step in enumerate(steps):
+    lines.append(f"run_step {i} {shlex.quote(step.label)} {srun} {step.line}")
+  lines += ['if [ "$stop" = timelimit ]; then scontrol requeue "$SLURM_JOB_ID"; fi']
   return "\n".join(lines) + "\n"
 
 
@@ -607,8 +752,9 @@ def define_flags() -> None:
                       "made with uv (tpu), <slurm_venv>/bin/python (slurm).")
   flags.DEFINE_string("log_root", "workdirs/sweep_logs", "tpu: local folder for per-run logs "
                       "(<log_root>/<study>/<run>.log).")
-  flags.DEFINE_string("jax_requirement", None, "pip requirement installed with the code; default "
-                      "jax[tpu] (tpu) or jax[cuda12] (slurm).")
+  flags.DEFINE_string("jax_requirement", "", "An extra pip requirement installed with the code "
+                      "(e.g. a pinned jax[tpu]==...); the code's extras already bring jax[tpu] "
+                      "(tpu: `-e .[tpu]`) or jax[cuda12] (slurm with GPUs: `-e <code>[cuda12]`).")
   flags.DEFINE_string("tpu_name", None, "tpu: TPU VM name (created if it does not exist).")
   flags.DEFINE_string("tpu_zone", None, "tpu: zone, e.g. us-central2-b.")
   flags.DEFINE_string("tpu_project", "", "tpu: GCP project; '' = gcloud's default.")
@@ -631,6 +777,10 @@ def define_flags() -> None:
   flags.DEFINE_integer("slurm_gpus_per_node", 1, "slurm: GPUs per node.")
   flags.DEFINE_integer("slurm_cpus_per_task", 8, "slurm: CPUs per process.")
   flags.DEFINE_string("slurm_time", "24:00:00", "slurm: time limit per run.")
+  flags.DEFINE_integer("slurm_signal_grace", SLURM_SIGNAL_GRACE_S, "slurm: seconds before "
+                       "--slurm_time at which train.py is told (SIGTERM) to save a checkpoint "
+                       "and the job requeues itself (#SBATCH --signal=B:USR1@<seconds>); leave "
+                       "time for the save.")
   flags.DEFINE_string("slurm_partition", "", "slurm: partition ('' = the cluster's default).")
   flags.DEFINE_string("slurm_account", "", "slurm: account ('' = none).")
   flags.DEFINE_multi_string("slurm_setup", [], "slurm: shell lines run before the install "
@@ -677,7 +827,7 @@ def tpu_options() -> TpuOptions:
     raise LaunchError(f"--tpu_mount must be an absolute path; got {mount}")
   return TpuOptions(FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.tpu_project, FLAGS.tpu_accelerator_type,
                     FLAGS.tpu_runtime_version, FLAGS.tpu_spot, repo, ref, FLAGS.tpu_code_dir,
-                    FLAGS.jax_requirement or "jax[tpu]", FLAGS.python or TPU_VENV_PYTHON, bucket,
+                    FLAGS.jax_requirement, FLAGS.python or TPU_VENV_PYTHON, bucket,
                     mount)
 
 
@@ -709,16 +859,14 @@ def slurm_options() -> SlurmOptions:
   """SlurmOptions from the flags.
 
   Raises:
-    LaunchError: a node, GPU or CPU count < 1 (0 GPUs is allowed), a relative code folder or
-      a time limit not in one of SLURM's formats.
+    LaunchError: a node, GPU or CPU count < 1 (0 GPUs is allowed), a relative code folder, a
+      time limit not in one of SLURM's formats, or a --slurm_signal_grace outside
+      1..min(65535, the time limit - 1) seconds.
   """
   for name, low in (("slurm_nodes", 1), ("slurm_gpus_per_node", 0), ("slurm_cpus_per_task", 1)):
     if FLAGS[name].value < low:
       raise LaunchError(f"--{name} must be >= {low}; got {FLAGS[name].value}")
-  if not SLURM_TIME.fullmatch(FLAGS.slurm_time):
-    raise LaunchError(f"--slurm_time={FLAGS.slurm_time!r} is not a SLURM time limit: minutes, "
-                      "minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes or "
-                      "days-hours:minutes:seconds")
+  grace = check_signal_grace(FLAGS.slurm_signal_grace, FLAGS.slurm_time)
   if not os.path.isabs(FLAGS.slurm_code_dir):
     raise LaunchError(f"--slurm_code_dir must be an absolute path; got {FLAGS.slurm_code_dir}")
   venv = FLAGS.slurm_venv or os.path.join(FLAGS.slurm_code_dir, ".venv")
@@ -728,7 +876,7 @@ def slurm_options() -> SlurmOptions:
   return SlurmOptions(FLAGS.slurm_nodes, FLAGS.slurm_gpus_per_node, FLAGS.slurm_cpus_per_task,
                       FLAGS.slurm_time, FLAGS.slurm_partition, FLAGS.slurm_account,
                       tuple(FLAGS.slurm_setup), FLAGS.slurm_code_dir, venv,
-                      FLAGS.jax_requirement or "jax[cuda12]")
+                      FLAGS.jax_requirement, grace)
 
 
 def launch(study_spec: str) -> int:

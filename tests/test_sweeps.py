@@ -212,10 +212,10 @@ def test_tpu_dry_run_has_worker_flag_install_run_and_workdir(dry_runs):
   assert "command -v gcsfuse >/dev/null || {" in install[0]  # installed when the image lacks it
   assert "git clone --quiet https://example.org/pe-sweeps.git pe-sweeps" in install[0]
   assert "remote set-url origin https://example.org/pe-sweeps.git" in install[0]
-  assert "checkout --quiet --detach 0123abc" in install[0] and "-e ." in install[0]
+  assert "checkout --quiet --detach 0123abc" in install[0]
   # TPU VM images ship Python 3.10; the code needs 3.11 (pyproject.toml): a uv venv
   assert "uv\" venv --quiet --python 3.11 .venv" in install[0]
-  assert "pip install --quiet --python .venv/bin/python -e ." in install[0]
+  assert "pip install --quiet --python .venv/bin/python -e '\"'\"'.[tpu]'\"'\"'" in install[0]
   train = [l for l in lines if "train.py" in l]
   assert len(train) == 18 and all(l.startswith("gcloud compute tpus tpu-vm ssh pe-v4 ")
                                   and "--worker=all" in l
@@ -239,7 +239,8 @@ def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
   install = next(l for l in script.splitlines() if l.startswith("flock "))
   assert "sys.version_info < (3, 11)" in install  # the nodes' python3 is checked
   assert "/.venv/.installed -nt " in install  # pip runs again only when pyproject.toml changed
-  srun = [l for l in script.splitlines() if l.startswith("srun --nodes=2 --ntasks-per-node=1")]
+  srun = [l for l in script.splitlines() if l.startswith("run_step ")
+          and " srun --nodes=2 --ntasks-per-node=1 " in l]
   assert len(srun) == 3 and " train.py --config=configs/passkey_tiny.py" in srun[0]
   assert f"--workdir={workdir} " in srun[0] and " -m eval.run " in srun[1]
   assert f"sbatch {workdir}/slurm.sbatch" in script
