@@ -177,9 +177,9 @@ def make_step_fn(config, spec: ModelSpec, tx, shardings, mesh, pad_id: int):
   batch sharded over ("data", "fsdp"), metrics replicated."""
   t = config.train
   return jax.jit(
-      functools.partial(train_step, graphdef=spec.graphdef, tx=tx, pad_id=pad_id,
-                        grad_accum_steps=t.grad_accum_steps,
-                        skip_nonfinite=t.skip_nonfinite_batches),
+      sharding.trace_under_mesh(mesh, functools.partial(  # the kernel's shard_map reads the mesh
+          train_step, graphdef=spec.graphdef, tx=tx, pad_id=pad_id,
+          grad_accum_steps=t.grad_accum_steps, skip_nonfinite=t.skip_nonfinite_batches)),
       in_shardings=(shardings, sharding.batch_sharding(mesh)),
       out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
 

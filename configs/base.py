@@ -77,6 +77,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.attention_impl = "xla"  # "xla" (jnp) | "pallas": fused flash kernel with RoPE/bias inside
                                  # (models/kernels/; interpreted on CPU); layers or schemes it
                                  # cannot compute fall back to "xla" with a logged reason.
+  # The fused kernel's tiles, tokens (models/kernels/flash.py BlockSizes): 0 = the backend's
+  # default (GPU 128/64/64/64, TPU 256/512/256/512), else a power of two >= 8. Compiled kernels
+  # need more (Triton: >= 16; Mosaic: key tiles a multiple of 128 unless they cover the whole
+  # sequence); a tile they cannot take runs that layer on "xla" with a logged reason.
+  c.model.kernel_block_q = 0  # forward query tile.
+  c.model.kernel_block_k = 0  # forward key tile.
+  c.model.kernel_block_q_bwd = 0  # backward query tile.
+  c.model.kernel_block_k_bwd = 0  # backward key tile.
   c.model.attention_chunk = 512  # query chunk, tokens: attention memory O(seq x chunk); 0 = off.
   c.model.sliding_window = 0  # keys visible per query in windowed layers, tokens; 0 = full attention.
   c.model.global_every = 0  # with sliding_window: every N-th layer keeps full attention; 0 = none.

@@ -15,6 +15,7 @@ from data.passkey import check_retrieval
 from data.tokenizers import get_tokenizer
 from eval import suites as suites_registry
 from models import extensions, position_transforms, positions
+from models.positions.base import KERNEL_BLOCK_FIELDS
 from models.spec import model_spec
 
 DTYPES = ("float32", "bfloat16")
@@ -51,6 +52,12 @@ def validate(config, num_devices: int) -> None:
   choice(m.param_dtype, "model.param_dtype", DTYPES)
   choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
   choice(config.eval.split, "eval.split", EVAL_SPLITS)
+  for field in KERNEL_BLOCK_FIELDS:  # models/kernels/flash.py BlockSizes
+    size = m.get(f"kernel_{field}", 0)
+    if isinstance(size, bool) or not isinstance(size, int) or not (
+        size == 0 or (size >= 8 and size & (size - 1) == 0)):
+      raise ConfigError(f"model.kernel_{field} must be 0 (the backend's default) or a power of "
+                        f"two >= 8 (tokens: 8, 16, 32, ...); got {size!r}")
   eval_extensions(config)
   eval_suites(config)
   vocab = get_tokenizer(config.data.tokenizer).vocab_size

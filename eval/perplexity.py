@@ -51,7 +51,7 @@ from configs.errors import ConfigError, eval_lengths
 from data.corpora import Document
 from data.pipeline import document_windows, sliding_document_windows
 from data.tokenizers import ByteTokenizer
-from models.sharding import BATCH, batch_sharding, replicated
+from models.sharding import BATCH, batch_sharding, replicated, trace_under_mesh
 
 FIELDS = ("inputs", "targets", "positions", "segment_ids")
 PROTOCOLS = ("non_overlapping", "sliding")
@@ -101,7 +101,8 @@ def make_nll_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
     per_token = token_nll(logits.astype(jnp.float32), batch["targets"]) * batch["weights"]
     return per_token.sum(axis=0), batch["weights"].sum(axis=0)
 
-  return jax.jit(nll, out_shardings=(replicated(mesh), replicated(mesh)))
+  # trace_under_mesh: the fused kernel's shard_map reads the mesh (models/kernels/partition.py)
+  return jax.jit(trace_under_mesh(mesh, nll), out_shardings=(replicated(mesh), replicated(mesh)))
 
 
 def batch_parallelism(mesh) -> int:

@@ -9,6 +9,8 @@ split over data and fsdp; parameters are sharded over fsdp (their "embed" axis) 
 from __future__ import annotations
 
 import jax
+import functools
+
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -75,3 +77,24 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 def replicated(mesh: Mesh) -> NamedSharding:
   """A fully replicated sharding on `mesh`."""
   return NamedSharding(mesh, P())
+
+
+def trace_under_mesh(mesh: Mesh | None, fn):
+  """`fn`, traced with `mesh`'s abstract mesh as the context (`jax.sharding.use_abstract_mesh`).
+
+  Modules that must know the mesh but are built without one read it at trace time with
+  `jax.sharding.get_abstract_mesh()`: the fused attention kernel runs in `jax.shard_map` over
+  it (models/kernels/partition.py). Wrap the function given to `jax.jit`, so the wrapped
+  callable stays a jitted function (`.lower` works) and the mesh is set whoever calls it. With
+  `mesh` None, `fn` itself. The jit should place its inputs or outputs on `mesh`
+  (`in_shardings` / `out_shardings`), so that the program runs on the mesh's devices.
+  """
+  if mesh is None:
+    return fn
+
+  @functools.wraps(fn)
+  def traced(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return fn(*args, **kwargs)
+
+  return traced

@@ -13,7 +13,8 @@ Backends (`backend`): "gpu" (models/kernels/gpu.py, Triton lowering) and "tpu"
 Default: "tpu" on TPU, else "gpu"; `interpret` defaults to True off GPU/TPU (CPU runs the
 Pallas interpreter; the "tpu" kernels then run in the Pallas TPU interpret mode,
 `pltpu.InterpretParams`). Sequence lengths that are not a multiple of the blocks are padded at
-the end: padded keys lie after every real query, so the causal mask hides them.
+the end: padded keys lie after every real query, so the causal mask hides them. This function
+runs on one device; on a mesh, models/kernels/partition.py runs it per device in `shard_map`.
 """
 
 from __future__ import annotations
@@ -70,48 +71,90 @@ def _pow2(n: int) -> bool:
   return n >= 1 and n & (n - 1) == 0
 
 
-def unsupported_reason(spec: KernelSpec, head_dim: int, backend: str | None = None,
-                       interpret: bool | None = None) -> str | None:
-  """Why the kernel cannot compute `spec` at this head_dim on this backend, or None if it can.
+BLOCK_FIELDS = ("block_q", "block_k", "block_q_bwd", "block_k_bwd")  # BlockSizes, in order
 
-  Compiled Triton kernels need power-of-two tiles: head_dim, rot_dim / 2 and head_dim - rot_dim
-  (unless 0) powers of two. Bias parameters must fit one row of `blocks.PARAM_LANES` lanes. The
-  interpreter has no such limits (beyond the parameter row).
+
+def tile_sizes(length: int, backend: str,
+               block_sizes: BlockSizes = BlockSizes()) -> tuple[tuple[int, ...], int]:
+  """The tiles the kernels will use at `length` tokens, and the padded sequence length.
+
+  A tile, requested (`block_sizes`) or the backend's default (`DEFAULT_BLOCKS`), is capped at
+  max(16, `length` rounded up to a power of two); the sequence is padded at the end to a
+  multiple of the largest tile.
+
+  Args:
+    length: sequence length, tokens (>= 1).
+    backend: "gpu" | "tpu".
+    block_sizes: requested tiles (0 = default); not checked here (see `unsupported_reason`).
+
+  Returns:
+    ((block_q, block_k, block_q_bwd, block_k_bwd), padded length), in tokens.
+  """
+  cap = max(16, 1 << (length - 1).bit_length())
+  sizes = tuple(min(getattr(block_sizes, f) or d, cap)
+                for f, d in zip(BLOCK_FIELDS, DEFAULT_BLOCKS[backend]))
+  return sizes, -(-length // max(sizes)) * max(sizes)
+
+
+def unsupported_reason(spec: KernelSpec, head_dim: int, backend: str | None = None,
+                       interpret: bool | None = None, *, seq_len: int | None = None,
+                       block_sizes: BlockSizes = BlockSizes()) -> str | None:
+  """Why the kernel cannot compute `spec` with these sizes on this backend, or None if it can.
+
+  Args:
+    spec: the positional part (models/kernels/spec.py).
+    head_dim: per-head width D.
+    backend, interpret: as in `resolve_backend` (None = from `jax.default_backend()`).
+    seq_len: sequence length in tokens; None skips the limits that depend on it (the TPU key
+      tiles below).
+    block_sizes: requested tiles in tokens (0 = the backend's default).
+
+  Returns:
+    None, or a one-line reason (the caller logs it and takes the XLA path, or raises it):
+    - bias parameters beyond one row of `blocks.PARAM_LANES` lanes, or rot_dim > head_dim;
+    - a requested tile that is not 0 or a power of two >= 8;
+    - compiled Triton ("gpu", not interpreted): head_dim, rot_dim / 2 and head_dim - rot_dim
+      (unless 0) not powers of two, or a tile below 16 (`tl.dot` needs 16);
+    - compiled Mosaic ("tpu", not interpreted): block_k or block_k_bwd, after the cap of
+      `tile_sizes`, not a multiple of 128 (the lane width) while shorter than the padded
+      sequence.
+    The interpreter has only the first two limits.
+
+  Raises:
+    ValueError: an unknown backend.
   """
   backend, interpret = resolve_backend(backend, interpret)
   if spec.num_params > blocks.PARAM_LANES:
     return f"{spec.num_params} bias parameters per head exceed {blocks.PARAM_LANES}"
   if 2 * spec.rot_half > head_dim:
     return f"rot_dim {2 * spec.rot_half} exceeds head_dim {head_dim}"
+  for field in BLOCK_FIELDS:
+    size = getattr(block_sizes, field)
+    if size != 0 and not (isinstance(size, int) and _pow2(size) and size >= 8):
+      return f"block sizes must be powers of two >= 8 (or 0 = default); got {field}={size!r}"
   if backend == "gpu" and not interpret:
     half, rest = spec.rot_half, head_dim - 2 * spec.rot_half
     if not _pow2(head_dim) or (half and not _pow2(half)) or (half and rest and not _pow2(rest)):
       return (f"the Triton kernel needs power-of-two head_dim, rot_dim/2 and head_dim - rot_dim; "
               f"got head_dim={head_dim}, rot_dim={2 * half}")
+    small = [f"{f}={getattr(block_sizes, f)}" for f in BLOCK_FIELDS
+             if 0 < getattr(block_sizes, f) < 16]  # a tile's cap is >= 16
+    if small:
+      return f"the Triton kernels need blocks >= 16 (tl.dot); got {', '.join(small)}"
+  if backend == "tpu" and not interpret and seq_len is not None:
+    sizes, padded = tile_sizes(seq_len, backend, block_sizes)
+    for field in ("block_k", "block_k_bwd"):
+      size = sizes[BLOCK_FIELDS.index(field)]
+      if size < padded and size % 128:
+        return (f"the TPU (Mosaic) kernels need {field} a multiple of 128 (lanes) unless it "
+                f"covers the whole padded sequence; got {size} for length {padded}")
   return None
-
-
-def _block(requested: int, default: int, length: int) -> int:
-  size = requested or default
-  if not (_pow2(size) and size >= 8):
-    raise ValueError(f"block sizes must be powers of two >= 8; got {size}")
-  return min(size, max(16, 1 << (length - 1).bit_length()))
 
 
 def _static(spec: KernelSpec, head_dim: int, length: int, backend: str, interpret: bool,
             block_sizes: BlockSizes) -> blocks.Static:
-  defaults = DEFAULT_BLOCKS[backend]
-  sizes = [_block(r, dflt, length) for r, dflt in zip(
-      (block_sizes.block_q, block_sizes.block_k, block_sizes.block_q_bwd,
-       block_sizes.block_k_bwd), defaults)]
-  padded = -(-length // max(sizes)) * max(sizes)
-  if backend == "gpu" and not interpret and min(sizes) < 16:
-    raise ValueError(f"the Triton kernels need blocks >= 16 (tl.dot); got {sizes}")
-  if backend == "tpu" and not interpret:
-    for name, size in (("block_k", sizes[1]), ("block_k_bwd", sizes[3])):
-      if size < padded and size % 128:
-        raise ValueError(f"TPU kernels need {name} a multiple of 128 (lanes) unless it covers "
-                         f"the whole sequence; got {size} for length {padded}")
+  """The kernels' static parameters; the sizes were checked by `unsupported_reason`."""
+  sizes, padded = tile_sizes(length, backend, block_sizes)
   return blocks.Static(
       head_dim=head_dim, rot_half=spec.rot_half, position_scale=float(spec.position_scale),
       q_scale=float(spec.qk_scale) * head_dim ** -0.5, k_scale=float(spec.qk_scale),
@@ -141,9 +184,10 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.A
     spec: the positional part (models/kernels/spec.py).
     backend: "gpu" | "tpu" | None (from `jax.default_backend()`, see `resolve_backend`).
     interpret: run the Pallas interpreter; None = unless on the backend's own platform.
-    block_sizes: tiles in tokens (powers of two >= 8, >= 16 for compiled Triton; 0 = the
-      backend's default); a tile, requested or default, is capped at max(16, the sequence
-      length rounded up to a power of two).
+    block_sizes: tiles in tokens (powers of two >= 8, >= 16 for compiled Triton, key tiles a
+      multiple of 128 for compiled Mosaic unless they cover the sequence; 0 = the backend's
+      default); a tile, requested or default, is capped at max(16, the sequence length rounded
+      up to a power of two) (`tile_sizes`).
 
   Returns:
     [batch, seq, heads, head_dim] in q's dtype.
@@ -158,7 +202,8 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.A
   b, length, h, d = q.shape
   spec.check(h)
   backend, interpret = resolve_backend(backend, interpret)
-  reason = unsupported_reason(spec, d, backend, interpret)
+  reason = unsupported_reason(spec, d, backend, interpret, seq_len=length,
+                              block_sizes=block_sizes)
   if reason:
     raise ValueError(reason)
   st = _static(spec, d, length, backend, interpret, block_sizes)
@@ -227,5 +272,5 @@ def causal_attention_flops(batch: int, seq: int, heads: int, head_dim: int,
   return forward * (3.5 if backward else 1.0)
 
 
-__all__ = ["BACKENDS", "BlockSizes", "causal_attention_flops", "flash_attention",
-           "resolve_backend", "unsupported_reason"]
+__all__ = ["BACKENDS", "BLOCK_FIELDS", "BlockSizes", "causal_attention_flops", "flash_attention",
+           "resolve_backend", "tile_sizes", "unsupported_reason"]

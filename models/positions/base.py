@@ -22,6 +22,10 @@ from configs.errors import ConfigError
 from models.kernels.spec import KernelSpec
 
 
+# The fused kernel's tile fields, model.kernel_<name> (models/kernels/flash.py BLOCK_FIELDS).
+KERNEL_BLOCK_FIELDS = ("block_q", "block_k", "block_q_bwd", "block_k_bwd")
+
+
 @dataclasses.dataclass(frozen=True)
 class Dims:
   """Model sizes a scheme may need (tokens for lengths).
@@ -36,6 +40,9 @@ class Dims:
     param_dtype: parameter dtype.
     attention_impl: `model.attention_impl`, how attention is computed ("xla" | "pallas"; not a
       size, but every module is built from Dims, so attention reads it here).
+    kernel_blocks: the fused kernel's tiles in tokens, (model.kernel_block_q, kernel_block_k,
+      kernel_block_q_bwd, kernel_block_k_bwd); 0 = the backend's default
+      (models/kernels/flash.py `BlockSizes`).
   """
 
   num_heads: int
@@ -46,6 +53,7 @@ class Dims:
   init_std: float = 0.02
   param_dtype: str = "float32"
   attention_impl: str = "xla"
+  kernel_blocks: tuple[int, int, int, int] = (0, 0, 0, 0)
 
   @classmethod
   def from_config(cls, config) -> "Dims":
@@ -54,7 +62,8 @@ class Dims:
     head_dim = m.head_dim if m.head_dim > 0 else m.d_model // m.num_heads
     return cls(num_heads=m.num_heads, head_dim=head_dim, d_model=m.d_model,
                num_layers=m.num_layers, train_len=config.data.train_len, init_std=m.init_std,
-               param_dtype=m.param_dtype, attention_impl=m.get("attention_impl", "xla"))
+               param_dtype=m.param_dtype, attention_impl=m.get("attention_impl", "xla"),
+               kernel_blocks=tuple(m.get(f"kernel_{f}", 0) for f in KERNEL_BLOCK_FIELDS))
 
 
 def check_per_layer(cfg) -> None:
