@@ -30,7 +30,7 @@ from eval.suites import Context
 from models import sharding
 from models.spec import (ModelSpec, abstract_with_shardings, init_params, measure_peak_flops,
                          train_flops_per_token)
-from runs import distributed, warm_start, workdir as run_dir
+from runs import distributed, memory, warm_start, workdir as run_dir
 from runs.checkpoint import TrainCheckpoints
 from runs.distributed import Preemption, chief_print
 from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
@@ -184,6 +184,15 @@ def make_step_fn(config, spec: ModelSpec, tx, shardings, mesh, pad_id: int):
       out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
 
 
+def compile_step_fn(config, spec: ModelSpec, tx, shardings, abstract, mesh, pad_id: int):
+  """`make_step_fn` compiled ahead for the `abstract` state (`state_shardings`) and a global
+  batch (data.inputs.train_batch_spec): the executable the loop runs, whose memory analysis the
+  pre-flight reads (one compilation for both)."""
+  batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding.batch_sharding(mesh))
+           for k, (shape, dtype) in data_inputs.train_batch_spec(config).items()}
+  return make_step_fn(config, spec, tx, shardings, mesh, pad_id).lower(abstract, batch).compile()
+
+
 # ---------------------------------------------------------------------------- the loop
 
 
@@ -275,10 +284,11 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     "val_passkey_answer_nll" for a passkey run}; {"step", "preempted": True} after SIGTERM.
 
   Raises:
-    ConfigError: bad config field, workdir, mesh or data, before anything is compiled.
+    ConfigError: bad config field, workdir, mesh or data, before anything is compiled; a
+      training step that does not fit in memory (runs/memory.py), before the workdir is made.
     NonFiniteLossError: see `train_loop`.
   """
-  # --- pre-flight: every check that needs no compilation, before the workdir is made
+  # --- pre-flight: every check, then the compiled step's memory, before the workdir is made
   devices = jax.devices() if devices is None else list(devices)
   validate(config, len(devices))
   run_dir.check_workdir(workdir)
@@ -291,6 +301,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     chief_print(f"warning: {warning}")
   run_dir.check_same_model(workdir, config)
   parent = warm_start.check_init_from(config, workdir, mesh)  # train.init_from
+  tx = make_optimizer(config.train)
+  shardings, abstract = state_shardings(tx, spec, mesh)
+  step_fn = compile_step_fn(config, spec, tx, shardings, abstract, mesh, tokenizer.pad_id)
+  chief_print(memory.check_train_step(step_fn, config, mesh))  # ConfigError when it cannot fit
   run_dir.make_workdir(workdir)  # every check above has passed
   run_dir.write_run_config(
       workdir, config, num_params=spec.num_params, mesh=dict(mesh.shape), num_devices=len(devices),
@@ -305,8 +319,6 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
               f"mesh {dict(mesh.shape)}, data: {inputs.description}")
 
   # --- state: resume from the latest checkpoint, else initialise
-  tx = make_optimizer(config.train)
-  shardings, abstract = state_shardings(tx, spec, mesh)
   ckpt = TrainCheckpoints(workdir, config, abstract, inputs.train)
   state, resumed = ckpt.restore_latest()
   state = state if resumed is not None else initial_state(config, spec, tx, shardings, parent, mesh)
@@ -321,7 +333,6 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     writer.log(record)
     return record
 
-  step_fn = make_step_fn(config, spec, tx, shardings, mesh, tokenizer.pad_id)
   state, step, stopped = train_loop(config, state, int(state["step"]), step_fn, inputs, ckpt,
                                     writer, validate_fn, mesh)
   if stopped:

@@ -86,6 +86,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.kernel_block_q_bwd = 0  # backward query tile.
   c.model.kernel_block_k_bwd = 0  # backward key tile.
   c.model.attention_chunk = 512  # query chunk, tokens: attention memory O(seq x chunk); 0 = off.
+  c.model.remat = "none"  # activation rematerialization per block (training memory vs compute):
+                         # "none" | "block" (keep only matmul outputs, recompute the rest) |
+                         # "full" (keep only each block's input); models/decoder.py REMAT_POLICIES.
   c.model.sliding_window = 0  # keys visible per query in windowed layers, tokens; 0 = full attention.
   c.model.global_every = 0  # with sliding_window: every N-th layer keeps full attention; 0 = none.
   c.model.logn_scaling = False  # scale queries by log(n)/log(train_len), n = position + 1.
@@ -125,6 +128,10 @@ def get_config() -> ml_collections.ConfigDict:
                                           # stop (naming the step and the last good checkpoint);
                                           # True = leave the parameters unchanged and go on.
   c.train.peak_flops_per_device = 0.0  # FLOP/s for MFU; 0 = measure a large matmul at start-up.
+  c.train.memory_headroom = 0.9  # fraction of the memory limit a compiled program may use (the
+                                 # pre-flight before step 0 and per eval length; runs/memory.py).
+  c.train.memory_limit_gib = 0.0  # caps the memory limit, GiB (per device on GPU/TPU, the host's
+                                  # RAM on CPU); 0 = the device's own (bytes_limit / MemAvailable).
 
   # ---------------------------------------------------------------- device mesh
   c.mesh = ml_collections.ConfigDict()

@@ -24,6 +24,7 @@ ATTENTION_IMPLS = ("xla", "pallas")  # models/attention.py; "pallas": models/ker
 EVAL_SPLITS = ("validation", "test")
 EVAL_PROTOCOLS = ("non_overlapping", "sliding")  # eval/perplexity.py PROTOCOLS
 INIT_FROM_LEARNED = ("interpolate", "copy")  # train.init_from_learned (runs/warm_start.py)
+REMAT_MODES = ("none", "block", "full")  # model.remat (models/decoder.py REMAT_POLICIES)
 
 
 def validate(config, num_devices: int) -> None:
@@ -108,6 +109,15 @@ def validate(config, num_devices: int) -> None:
   if not isinstance(m.attention_chunk, int) or m.attention_chunk < 0:
     raise ConfigError(f"model.attention_chunk must be an integer >= 0 (0 = off); "
                       f"got {m.attention_chunk!r}")
+  choice(m.get("remat", "none"), "model.remat", REMAT_MODES)
+  headroom = t.get("memory_headroom", 0.9)
+  if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom <= 1:
+    raise ConfigError(f"train.memory_headroom must be a fraction in (0, 1] of the memory limit; "
+                      f"got {headroom!r}")
+  cap = t.get("memory_limit_gib", 0.0)
+  if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap >= 0:
+    raise ConfigError(f"train.memory_limit_gib must be a number of GiB >= 0 (0 = the device's "
+                      f"own limit); got {cap!r}")
   if t.eval_every_steps < 0:
     raise ConfigError(f"train.eval_every_steps must be >= 0; got {t.eval_every_steps}")
   if not 0 <= config.data.validation_fraction < 1 or not 0 <= config.data.test_fraction < 1:

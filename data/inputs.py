@@ -48,6 +48,18 @@ def token_unit(config) -> str:
   return "byte" if config.data.tokenizer == "byte" else "token"
 
 
+def train_batch_spec(config) -> dict[str, tuple[tuple[int, int], Any]]:
+  """{name: (shape, numpy dtype)} of a global training batch, all processes' shares of
+  `Inputs.train` together: int32 [data.batch_size, data.train_len] inputs, targets, positions,
+  segment_ids, and float32 weights for an algorithmic task (what train.py compiles its step for
+  before any data is read)."""
+  shape = (config.data.batch_size, config.data.train_len)
+  spec = {k: (shape, np.dtype(np.int32)) for k in ("inputs", "targets", "positions", "segment_ids")}
+  if config.data.task.name:
+    spec["weights"] = (shape, np.dtype(np.float32))
+  return spec
+
+
 @dataclasses.dataclass
 class Inputs:
   """What a training run reads.

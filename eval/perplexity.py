@@ -110,6 +110,32 @@ def batch_parallelism(mesh) -> int:
   return math.prod(mesh.shape[a] for a in BATCH)
 
 
+def scoring_rows(batch_size: int, mesh) -> int:
+  """Windows per scoring batch: `batch_size` (at least 1) rounded up to a multiple of the batch
+  parallelism (`score_windows_by_position` pads the last batch with weight-0 rows)."""
+  par = batch_parallelism(mesh)
+  return -(-max(1, batch_size) // par) * par
+
+
+def compile_scoring(nll_fn: Callable, params, length: int, batch_size: int, mesh):
+  """`nll_fn` (`make_nll_fn`) compiled ahead for one scoring batch of `scoring_rows(batch_size)`
+  windows of `length` tokens, as `score_windows_by_position` forms it: the executable that
+  scores (pass it as `nll_fn`), whose `memory_analysis()` is that of the real program.
+
+  Args:
+    nll_fn: the jitted scoring function; params: the parameter pure dict (on the devices).
+    length: window length L, tokens; batch_size: windows per batch before rounding.
+    mesh: device mesh (the batch is sharded over ("data", "fsdp")).
+
+  Returns:
+    A `jax.stages.Compiled` of (params, batch) -> the same two float32 [L] sums as `nll_fn`.
+  """
+  rows, sharding = scoring_rows(batch_size, mesh), batch_sharding(mesh)
+  batch = {k: jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding) for k in FIELDS}
+  batch["weights"] = jax.ShapeDtypeStruct((rows, length), jnp.float32, sharding=sharding)
+  return nll_fn.lower(params, batch).compile()
+
+
 @dataclasses.dataclass(frozen=True)
 class WindowScores:
   """NLL sums of one scoring pass over windows of length L.
@@ -152,8 +178,7 @@ def score_windows_by_position(nll_fn: Callable, params, windows: dict[str, np.nd
     WindowScores with float64 [length] NLL sums (nats) and int64 [length] token counts.
   """
   n, length = windows["inputs"].shape
-  par = batch_parallelism(mesh)
-  batch_size = -(-max(1, batch_size) // par) * par
+  batch_size = scoring_rows(batch_size, mesh)
   sharding = batch_sharding(mesh)
   position_nll = np.zeros(length, np.float64)
   position_tokens = np.zeros(length, np.int64)
@@ -335,7 +360,8 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
                   lengths: Sequence[int], *, max_tokens_per_length: int, batch_tokens: int,
                   mesh, skip: Sequence[int] = (), skip_reason: str = "",
                   protocol: str = "non_overlapping", stride: int = 0,
-                  position_bins: int | None = None) -> list[dict]:
+                  position_bins: int | None = None,
+                  memory_check: Callable | None = None) -> list[dict]:
   """Perplexity at each evaluation length (see the module docstring for the protocols).
 
   Follows Press et al. (ALiBi, arXiv 2108.12409, Section 4): non-overlapping or sliding windows
@@ -357,6 +383,10 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
     stride: sliding window advance, tokens (0 = length // 2); ignored by non_overlapping.
     position_bins: when not None, each row also gets "loss_by_position", the `loss_by_position`
       bins (at most this many, log-spaced; 0 = one per position) from the same forward pass.
+    memory_check: `(compiled, length, rows) -> None | reason`: each length's scoring program is
+      compiled ahead (`compile_scoring`, the executable then used to score) and given to it; a
+      length with a reason (it does not fit in memory, runs/memory.py `eval_checker`) is
+      skipped with that reason. None = no check.
 
   Returns:
     One dict per length: length, stride (tokens; = length for non_overlapping), windows,
@@ -365,25 +395,37 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
     tokens = 0 and nll = None.
 
   Raises:
-    ConfigError: unknown protocol, or a stride outside [0, length] (see `resolve_stride`).
+    ConfigError: unknown protocol, or a stride outside [0, length] (see `resolve_stride`); or
+      `memory_check` refused every length that has windows to score (one line, the shortest's
+      reason).
   """
   for length in lengths:
     if length not in skip:
       resolve_stride(length, protocol, stride)  # fail before any compilation
   per_doc = None if max_tokens_per_length <= 0 else -(-max_tokens_per_length // max(1, len(docs)))
   rows = []
+  refused, attempted = [], 0  # lengths memory_check refused; lengths with windows to score
   for length in tqdm(list(lengths), desc="ppl vs length", leave=False,
                      disable=jax.process_index() != 0):
-    if length in skip:
+    windows = (None if length in skip else evaluation_windows(
+        docs, tokenizer, length, protocol=protocol, stride=stride, max_tokens_per_doc=per_doc))
+    score_fn, reason = nll_fn, skip_reason
+    if windows is not None and len(windows["inputs"]):
+      attempted += 1
+      score_fn = compile_scoring(nll_fn, params, length, batch_tokens // length, mesh)
+      reason = memory_check(score_fn, length, scoring_rows(batch_tokens // length, mesh)) \
+          if memory_check is not None else None
+      if reason is not None:
+        refused.append(reason)
+        windows = None
+    if windows is None:
       row = {"length": int(length), "stride": None, "windows": 0, "documents": 0, "tokens": 0,
-             "nll": None, "ppl": None, "bits_per_byte": None, "skipped": skip_reason}
+             "nll": None, "ppl": None, "bits_per_byte": None, "skipped": reason}
       if position_bins is not None:
         row["loss_by_position"] = []
       rows.append(row)
       continue
-    windows = evaluation_windows(docs, tokenizer, length, protocol=protocol, stride=stride,
-                                 max_tokens_per_doc=per_doc)
-    scores = score_windows_by_position(nll_fn, params, windows,
+    scores = score_windows_by_position(score_fn, params, windows,
                                        batch_size=batch_tokens // length, mesh=mesh)
     count = scores.tokens
     nll = scores.nll_sum / count if count else None
@@ -400,6 +442,8 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
     if position_bins is not None:
       row["loss_by_position"] = loss_by_position(scores, position_bins)
     rows.append(row)
+  if attempted and len(refused) == attempted:
+    raise ConfigError(f"no evaluation length fits in memory; the shortest: {refused[0]}")
   return rows
 
 

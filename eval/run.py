@@ -150,7 +150,9 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   Raises:
     ConfigError: no config/checkpoint, a checkpoint that does not match the model, an unknown
       suite or extension, an extension that does not fit the scheme, lengths the scheme cannot
-      represent, or bad multipliers; all before compilation.
+      represent, or bad multipliers; all before compilation. Also when no evaluation length's
+      compiled scoring program fits in memory (eval/perplexity.py `ppl_vs_length`; a length that
+      does not fit is skipped, its reason in the result).
   """
   config, changed = eval_config(workdir, config, length_multipliers, split)
   devices = jax.devices()

@@ -34,6 +34,33 @@ def layer_window(model_config, layer: int) -> int:
   return m.sliding_window
 
 
+# model.remat: what the backward pass keeps of each block's forward pass (the rest is recomputed).
+#   "block": the outputs of matmuls without batch dimensions (q/k/v/o projections and the MLP's;
+#            not attention scores) -- jax.checkpoint_policies.dots_with_no_batch_dims_saveable.
+#   "full":  nothing but the block's input (jax.checkpoint_policies.nothing_saveable): the whole
+#            block's forward pass runs again in the backward pass.
+REMAT_POLICIES = {"block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+                  "full": jax.checkpoint_policies.nothing_saveable}
+
+
+def _call_block(block, x, positions, segment_ids, scheme):
+  return block(x, positions, segment_ids, scheme)
+
+
+def remat_block(mode: str):
+  """`(block, x, positions, segment_ids, scheme) -> block(x, ...)` under `model.remat` = mode:
+  "none" (every activation kept for the backward pass) or a key of REMAT_POLICIES (`nnx.remat`
+  of the block call with that policy). Values and gradients are unchanged; only what is kept
+  between the forward and the backward pass (and so the training step's temporary memory) is.
+
+  Raises:
+    KeyError: an unknown mode (configs/validate.py refuses it first, naming model.remat).
+  """
+  if mode == "none":
+    return _call_block
+  return nnx.remat(_call_block, policy=REMAT_POLICIES[mode])
+
+
 class MLP(nnx.Module):
   """Position-wise MLP: GELU (GPT-2) or SwiGLU (Shazeer, arXiv 2002.05202, Eq. 5).
 
@@ -136,6 +163,7 @@ class Decoder(nnx.Module):
     self.final_norm = nnx.RMSNorm(m.d_model, epsilon=1e-6, dtype=jnp.float32,
                                   param_dtype=m.param_dtype, rngs=rngs)
     self.tie_embeddings = m.tie_embeddings
+    self.remat = m.get("remat", "none")  # configs written before the field: no remat
     if not m.tie_embeddings:
       self.head = nnx.Param(
           nnx.initializers.normal(m.init_std)(rngs.params(), (m.d_model, m.vocab_size), m.param_dtype),
@@ -200,9 +228,10 @@ class Decoder(nnx.Module):
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
     x = self.position.embed(x, positions)
     new_cache = []
+    run_block = remat_block(self.remat)
     for i, block in enumerate(self.blocks):
       if cache is None:
-        x = block(x, positions, segment_ids, self.position)
+        x = run_block(block, x, positions, segment_ids, self.position)
       else:
         x, layer_cache = block(x, positions, segment_ids, self.position, cache[i])
         new_cache.append(layer_cache)

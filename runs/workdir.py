@@ -110,7 +110,8 @@ def check_same_model(workdir: str, config) -> None:
     return
   old = json.loads(load_run_config(workdir).to_json())
   new = json.loads(config.to_json())
-  pairs = [(f"model.{k}", old["model"].get(k), v) for k, v in new["model"].items()]
+  pairs = [(f"model.{k}", old["model"].get(k), v) for k, v in new["model"].items()
+           if k != "remat"]  # remat changes memory and compute, not the checkpoint
   pairs += [(f"data.{k}", old["data"].get(k), new["data"][k]) for k in ("train_len", "tokenizer")]
   for field, was, now in pairs:
     if was != now:

@@ -3,7 +3,9 @@ arXiv 2108.12409, Section 4): `<workdir>/eval/ppl_vs_length<suffix>.{json,png}` 
 `loss_by_position<suffix>.{json,png}`.
 
 The protocol is `eval.protocol` / `eval.stride`; lengths the scheme cannot represent (e.g.
-`learned` beyond its table) are recorded as skipped with the scheme's reason. Perplexity files
+`learned` beyond its table) are recorded as skipped with the scheme's reason, and so are lengths
+whose compiled scoring program does not fit in memory (runs/memory.py `eval_checker`; when none
+fits, the evaluation is refused with a ConfigError). Perplexity files
 add `perplexity.protocol_suffix` (e.g. "_sliding_s64") after the extension's suffix, so results of
 several extensions and protocols sit side by side.
 """
@@ -18,6 +20,7 @@ from data.inputs import token_unit
 from eval import perplexity, plots
 from eval.suites.base import TEXT, Context, Suite, multiplier, write_result
 from models import extensions
+from runs import memory
 from runs.workdir import config_hash
 
 
@@ -54,7 +57,8 @@ class Perplexity(Suite):
         perplexity.make_nll_fn(ctx.spec.graphdef, ctx.mesh), ctx.params, split_docs,
         ctx.tokenizer, eval_lengths(config), max_tokens_per_length=e.max_tokens_per_length,
         batch_tokens=e.batch_tokens, mesh=ctx.mesh, skip=skip, skip_reason=reason,
-        protocol=protocol, stride=stride, position_bins=position_bins)
+        protocol=protocol, stride=stride, position_bins=position_bins,
+        memory_check=memory.eval_checker(config, ctx.mesh, ctx.params))  # skips what cannot fit
     by_position = []
     for row in rows:
       row["multiplier"] = row["length"] / config.data.train_len
