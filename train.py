@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import optax
 from absl import app, flags
-from flax import nnx
 from ml_collections import config_flags
 from tqdm import tqdm
 
@@ -117,15 +116,14 @@ def loss_sum(params, graphdef, batch, pad_id: int):
 
   batch: int32 [batch, seq] inputs, targets, positions, segment_ids, and optionally float32
   [batch, seq] weights (algorithmic tasks: 1 at answer targets only, data/tasks/dataset.py);
-  without weights, every non-PAD target has weight 1 (text).
+  without weights, every non-PAD target has weight 1 (text). Context-parallel under a mesh
+  with mesh.context > 1 (`perplexity.model_token_nll`).
   """
-  model = nnx.merge(graphdef, params)
-  logits = model(batch["inputs"], batch["positions"], batch["segment_ids"])
   if "weights" in batch:
     weights = batch["weights"].astype(jnp.float32)
   else:
     weights = (batch["targets"] != pad_id).astype(jnp.float32)
-  return (perplexity.token_nll(logits, batch["targets"]) * weights).sum(), weights.sum()
+  return (perplexity.model_token_nll(params, graphdef, batch) * weights).sum(), weights.sum()
 
 
 def train_step(state, batch, *, graphdef, tx, pad_id: int, grad_accum_steps: int = 1,

@@ -137,6 +137,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1  # data-parallel axis size; -1 = the devices left over.
   c.mesh.fsdp = 1  # fully-sharded data-parallel axis (parameters sharded, batch split).
+  c.mesh.context = 1  # sequence (context) parallelism: each sequence split over this many devices,
+                      # keys/values all-gathered per layer, zigzag-balanced; models/context_parallel.py.
   c.mesh.tensor = 1  # tensor-parallel axis (heads / MLP / vocab split).
 
   # ---------------------------------------------------------------- evaluation

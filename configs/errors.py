@@ -46,14 +46,20 @@ def choice(value, path: str, allowed) -> None:
     raise ConfigError(f"{path}={value!r} is not supported; choose one of {list(allowed)}")
 
 
-def mesh_shape(mesh, num_devices: int) -> tuple[int, int, int]:
-  """Resolves `config.mesh` (data, fsdp, tensor; at most one -1) against `num_devices`.
+def mesh_shape(mesh, num_devices: int) -> tuple[int, int, int, int]:
+  """Resolves `config.mesh` (data, fsdp, context, tensor; at most one -1) against `num_devices`.
+
+  `mesh.context` may be absent (configs made before it existed): 1.
+
+  Returns:
+    (data, fsdp, context, tensor) sizes, in the order of `models.sharding.MESH_AXES`.
 
   Raises:
     ConfigError: a size is 0 or below -1, more than one -1, or the product differs from
       `num_devices`.
   """
-  sizes = {"data": mesh.data, "fsdp": mesh.fsdp, "tensor": mesh.tensor}
+  sizes = {"data": mesh.data, "fsdp": mesh.fsdp, "context": mesh.get("context", 1),
+           "tensor": mesh.tensor}
   for name, size in sizes.items():
     if not isinstance(size, int) or size == 0 or size < -1:
       raise ConfigError(f"mesh.{name} must be a positive integer or -1 (fill); got {size!r}")
@@ -67,9 +73,9 @@ def mesh_shape(mesh, num_devices: int) -> tuple[int, int, int]:
                         f"the fixed axes multiply to {known}")
     sizes[fill[0]] = num_devices // known
   elif known != num_devices:
-    raise ConfigError(f"mesh (data, fsdp, tensor) = {tuple(sizes.values())} needs {known} devices; "
-                      f"this run has {num_devices}")
-  return sizes["data"], sizes["fsdp"], sizes["tensor"]
+    raise ConfigError(f"mesh (data, fsdp, context, tensor) = {tuple(sizes.values())} needs "
+                      f"{known} devices; this run has {num_devices}")
+  return sizes["data"], sizes["fsdp"], sizes["context"], sizes["tensor"]
 
 
 def name_list(value, path: str, allowed) -> list[str]:

@@ -52,13 +52,13 @@ def validate(config, num_devices: int) -> None:
   choice(m.dtype, "model.dtype", DTYPES)
   choice(m.param_dtype, "model.param_dtype", DTYPES)
   choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
-  choice(config.eval.split, "eval.split", EVAL_SPLITS)
   for field in KERNEL_BLOCK_FIELDS:  # models/kernels/flash.py BlockSizes
     size = m.get(f"kernel_{field}", 0)
     if isinstance(size, bool) or not isinstance(size, int) or not (
         size == 0 or (size >= 8 and size & (size - 1) == 0)):
       raise ConfigError(f"model.kernel_{field} must be 0 (the backend's default) or a power of "
                         f"two >= 8 (tokens: 8, 16, 32, ...); got {size!r}")
+  choice(config.eval.split, "eval.split", EVAL_SPLITS)
   eval_extensions(config)
   eval_suites(config)
   vocab = get_tokenizer(config.data.tokenizer).vocab_size
@@ -148,7 +148,7 @@ def validate(config, num_devices: int) -> None:
                       f"{min(eval_lengths(config))} tokens (windows would skip tokens); use a stride "
                       "<= every length, or 0 (= length // 2)")
   positive_int(config, "train.grad_accum_steps")
-  data, fsdp, _ = mesh_shape(config.mesh, num_devices)
+  data, fsdp, _, _ = mesh_shape(config.mesh, num_devices)
   micro = config.data.batch_size // t.grad_accum_steps
   if config.data.batch_size % t.grad_accum_steps or micro % (data * fsdp):
     raise ConfigError(

@@ -217,7 +217,7 @@ def load_checkpoint(workdir: str, step: int | None = None):
     ConfigError: no config.json or no checkpoint (runs.workdir.load_run_config / runs.checkpoint.restore_params).
   """
   config = load_run_config(workdir)
-  config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+  config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
   mesh = sharding.make_mesh(config.mesh, jax.devices())
   spec = model_spec(config, mesh)
   params, step = restore_params(workdir, config, spec, step)

@@ -51,6 +51,7 @@ from configs.errors import ConfigError, eval_lengths
 from data.corpora import Document
 from data.pipeline import document_windows, sliding_document_windows
 from data.tokenizers import ByteTokenizer
+from models import context_parallel
 from models.sharding import BATCH, batch_sharding, replicated, trace_under_mesh
 
 FIELDS = ("inputs", "targets", "positions", "segment_ids")
@@ -79,6 +80,27 @@ def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
   return logz - picked
 
 
+def model_token_nll(params, graphdef: nnx.GraphDef, batch: dict) -> jax.Array:
+  """Per-token next-token NLL of the model (nats): float32 [batch, seq].
+
+  The one forward pass of training (train.py `loss_sum`) and scoring (`make_nll_fn`). When the
+  trace's mesh has a "context" axis of size > 1 (mesh.context; set by
+  `models.sharding.trace_under_mesh`), each sequence is split over it
+  (models/context_parallel.py): same values, per-device activations 1/context as long.
+
+  Args:
+    params: the Decoder's parameters (pure dict); graphdef: its NNX graph definition.
+    batch: int32 [batch, seq] `inputs`, `targets`, `positions`, `segment_ids` (other keys are
+      ignored).
+  """
+  def forward(params, fields):
+    model = nnx.merge(graphdef, params)
+    logits = model(fields["inputs"], fields["positions"], fields["segment_ids"])
+    return token_nll(logits.astype(jnp.float32), fields["targets"])
+
+  return context_parallel.over_sequence(forward)(params, {k: batch[k] for k in FIELDS})
+
+
 def make_nll_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
   """Compiles `(params, batch) -> (NLL sum per position, scored tokens per position)`.
 
@@ -86,7 +108,8 @@ def make_nll_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
 
   Args:
     graphdef: the Decoder's NNX graph definition.
-    mesh: device mesh; the batch axis is sharded over ("data", "fsdp").
+    mesh: device mesh; the batch axis is sharded over ("data", "fsdp"), each sequence over
+      "context" (`model_token_nll`).
 
   Returns:
     A jitted function of (params pure dict, batch), where `batch` holds int32 [batch, seq]
@@ -96,9 +119,7 @@ def make_nll_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
     at each position (tokens).
   """
   def nll(params, batch):
-    model = nnx.merge(graphdef, params)
-    logits = model(batch["inputs"], batch["positions"], batch["segment_ids"])
-    per_token = token_nll(logits.astype(jnp.float32), batch["targets"]) * batch["weights"]
+    per_token = model_token_nll(params, graphdef, batch) * batch["weights"]
     return per_token.sum(axis=0), batch["weights"].sum(axis=0)
 
   # trace_under_mesh: the fused kernel's shard_map reads the mesh (models/kernels/partition.py)

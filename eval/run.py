@@ -160,7 +160,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     mesh_shape(config.mesh, len(devices))
   except ConfigError:
     chief_print(f"the run's mesh does not fit {len(devices)} devices; evaluating data-parallel")
-    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
   validate(config, len(devices))
   mesh = sharding.make_mesh(config.mesh, devices)
   tokenizer = get_tokenizer(config.data.tokenizer)

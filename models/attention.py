@@ -17,6 +17,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
+from models import context_parallel
 from models.kernels import flash, partition
 from models.kernels.spec import KernelSpec
 from models.position_transforms import PositionTransform, attention_temperature_scale
@@ -212,13 +213,20 @@ class Attention(nnx.Module):
     """
     b, s, d = x.shape
     q, k, v = self._project(x)
-    if cache is None:
-      k_positions, k_segment_ids, q_offset = positions, segment_ids, None
+    context = context_parallel.context_size()  # > 1: this device holds 2 chunks of the sequence
+    if cache is None and context > 1:
+      k, v, k_positions, k_segment_ids = map(context_parallel.gather_sequence,
+                                             (k, v, positions, segment_ids))
+      segments = context_parallel.query_segments(s)
+    elif cache is None:
+      k_positions, k_segment_ids = positions, segment_ids
+      segments = [(0, s, 0, s)]  # (first row, rows, its index in the keys, keys needed)
     else:
       at = (0, cache.index, 0, 0)
       k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), at)
       v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), at)
-      k_positions, k_segment_ids, q_offset = cache.positions, cache.segment_ids, cache.index
+      k_positions, k_segment_ids = cache.positions, cache.segment_ids
+      segments = [(0, s, cache.index, k.shape[1])]
       cache = cache.replace(k=k, v=v)
     # ---- fused kernel (model.attention_impl="pallas"; models/kernels/flash.py) ----
     spec = self._kernel_spec(scheme, positions, cache, q.shape[-1])
@@ -229,32 +237,32 @@ class Attention(nnx.Module):
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
     rotated = self._rotate(q, k, positions, k_positions, scheme)
-    # Query chunks bound memory to O(seq x chunk) per head: the whole chunks run one after
-    # another in `lax.map` against all keys (or the whole cache, e.g. a long prefill), then the
-    # last seq % chunk queries. One loop body whatever the length, so the program and its
-    # compile time do not grow with seq, and one chunk's logits are alive at a time (an
-    # unrolled loop kept every chunk's logits alive: with FIRE's per-pair MLP a 4,096-token
-    # prefill needed 26 GB, bench/eval_memory.py). Masked logits above the diagonal are
-    # computed, not skipped: the price of static shapes.
-    chunk = self.chunk if 0 < self.chunk < s else s
-    k_end = s if cache is None else k.shape[1]
-
-    def one_chunk(c0, length):
-      offset = c0 + (0 if cache is None else q_offset)
-      logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
-                                  k_segment_ids, c0, length, k_end, offset)
-      return attend(logits, mask, v[:, :k_end]).astype(q.dtype)  # [batch, length, heads, hd]
-
-    whole = s - s % chunk  # queries in whole chunks
+    # Query chunks bound memory to O(rows x chunk) per head: the whole chunks of a segment of
+    # queries run one after another in `lax.map` against the keys it needs (all of them, the
+    # whole cache in a long prefill, or with context parallelism the first half or all of the
+    # gathered sequence), then its last rows % chunk queries. One loop body whatever the
+    # length, so the program and its compile time do not grow with seq, and one chunk's logits
+    # are alive at a time (an unrolled loop kept every chunk's logits alive: with FIRE's
+    # per-pair MLP a 4,096-token prefill needed 26 GB, bench/eval_memory.py). Masked logits
+    # above the diagonal are computed, not skipped: the price of static shapes.
     parts = []
-    if whole == chunk:
-      parts.append(one_chunk(0, chunk))
-    elif whole:
-      starts = jnp.arange(0, whole, chunk, dtype=jnp.int32)
-      out = jax.lax.map(lambda c0: one_chunk(c0, chunk), starts)
-      parts.append(out.transpose(1, 0, 2, 3, 4).reshape(b, whole, *out.shape[3:]))
-    if whole < s:
-      parts.append(one_chunk(whole, s - whole))
+    for first, rows, index, k_end in segments:
+      chunk = self.chunk if 0 < self.chunk < rows else rows
+
+      def one_chunk(c0, length, first=first, index=index, k_end=k_end):
+        logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
+                                    k_segment_ids, first + c0, length, k_end, index + c0)
+        return attend(logits, mask, v[:, :k_end]).astype(q.dtype)  # [batch, length, heads, hd]
+
+      whole = rows - rows % chunk  # queries in whole chunks
+      if whole == chunk:
+        parts.append(one_chunk(0, chunk))
+      elif whole:
+        starts = jnp.arange(0, whole, chunk, dtype=jnp.int32)
+        out = jax.lax.map(lambda c0, f=one_chunk: f(c0, chunk), starts)
+        parts.append(out.transpose(1, 0, 2, 3, 4).reshape(b, whole, *out.shape[3:]))
+      if whole < rows:
+        parts.append(one_chunk(whole, rows - whole))
     out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=1)
     wo = self.wo[...].astype(self.dtype)
     out = (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)

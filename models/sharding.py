@@ -1,23 +1,24 @@
 """Device mesh and logical-axis sharding rules (the MaxText convention, in a few lines).
 
 Parameters carry *logical* axis names (`nnx.Param(..., logical_axes=("embed", "mlp"))`);
-`LOGICAL_RULES` maps each to a mesh axis of the ("data", "fsdp", "tensor") mesh. The batch is
-split over data and fsdp; parameters are sharded over fsdp (their "embed" axis) and tensor
-(heads / MLP / vocabulary).
+`LOGICAL_RULES` maps each to a mesh axis of the ("data", "fsdp", "context", "tensor") mesh.
+The batch is split over data and fsdp; parameters are sharded over fsdp (their "embed" axis)
+and tensor (heads / MLP / vocabulary) and replicated over context, which splits the sequence
+inside the model's forward pass (models/context_parallel.py).
 """
 
 from __future__ import annotations
 
-import jax
 import functools
 
+import jax
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs.errors import mesh_shape
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "context", "tensor")  # context: sequence parallelism
 BATCH = ("data", "fsdp")  # mesh axes that split the batch
 LOGICAL_RULES: dict[str, str | tuple[str, ...] | None] = {
     "batch": BATCH,
@@ -30,10 +31,11 @@ LOGICAL_RULES: dict[str, str | tuple[str, ...] | None] = {
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
-  """Builds the ("data", "fsdp", "tensor") mesh from `config.mesh` (-1 = fill).
+  """Builds the ("data", "fsdp", "context", "tensor") mesh from `config.mesh` (-1 = fill).
 
   Args:
-    mesh_config: ConfigDict with integer fields data, fsdp, tensor.
+    mesh_config: ConfigDict with integer fields data, fsdp, tensor and optionally context
+      (absent in runs made before it existed: 1).
     devices: devices to use (default `jax.devices()`).
 
   Raises:

@@ -51,12 +51,17 @@ def test_passkey_documents_must_fit_train_len():
 
 
 def test_mesh_resolution():
-  class M:  # a stand-in for the mesh ConfigDict
-    def __init__(self, data, fsdp, tensor):
-      self.data, self.fsdp, self.tensor = data, fsdp, tensor
-  assert mesh_shape(M(-1, 1, 1), 8) == (8, 1, 1)
-  assert mesh_shape(M(2, -1, 2), 8) == (2, 2, 2)
-  for bad in (M(3, 1, 1), M(-1, -1, 1), M(0, 1, 1), M(-1, 3, 1)):
+  import ml_collections
+
+  def m(data, fsdp, tensor, context=None):  # a mesh section; context absent in old configs
+    d = {"data": data, "fsdp": fsdp, "tensor": tensor}
+    return ml_collections.ConfigDict(d if context is None else {**d, "context": context})
+
+  assert mesh_shape(m(-1, 1, 1), 8) == (8, 1, 1, 1)
+  assert mesh_shape(m(2, -1, 2), 8) == (2, 2, 1, 2)
+  assert mesh_shape(m(2, 1, 1, -1), 8) == (2, 1, 4, 1)
+  assert mesh_shape(m(1, 2, 2, 2), 8) == (1, 2, 2, 2)
+  for bad in (m(3, 1, 1), m(-1, -1, 1), m(0, 1, 1), m(-1, 3, 1), m(-1, 1, 1, 0), m(2, 2, 1, 3)):
     with pytest.raises(ConfigError, match="mesh"):
       mesh_shape(bad, 8)
 
