@@ -224,13 +224,17 @@ def attention_chunk_hint(config, rows_per_device: int, length: int, need: int) -
   return []
 
 
-def train_reductions(config, batch_parallel: int, need: int) -> list[str]:
+def train_reductions(config, batch_parallel: int, need: int, *, context: int = 1,
+                     num_devices: int = 1) -> list[str]:
   """The fields that lower the training step's memory, with their values (for the message).
 
   Args:
     config: the experiment config.
     batch_parallel: devices the batch is split over (mesh data x fsdp).
     need: the step's per-device need, bytes.
+    context: devices each sequence is split over (mesh.context); num_devices: the mesh's
+      devices. With more than one device, raising mesh.context is named too (sequence
+      parallelism, models/context_parallel.py).
   """
   d, t, m = config.data, config.train, config.model
   rows = max(1, d.batch_size // t.grad_accum_steps // batch_parallel)
@@ -239,6 +243,8 @@ def train_reductions(config, batch_parallel: int, need: int) -> list[str]:
   remat = m.get("remat", "none")
   if remat != "full":
     out.append(f"model.remat={remat!r} (set 'block' or 'full')")
+  if num_devices > context:
+    out.append(f"mesh.context={context} (raise it: each sequence split over more devices)")
   return out + attention_chunk_hint(config, rows, d.train_len, need)
 
 
@@ -262,7 +268,9 @@ def check_train_step(compiled, config, mesh) -> str:
   limit = device_limit(list(mesh.devices.flat), config.train.get("memory_limit_gib", 0.0))
   if footprint is None or limit is None:
     return "memory: not checked (the backend reports no memory analysis or limit)"
-  reduce = train_reductions(config, mesh.shape["data"] * mesh.shape["fsdp"], footprint.peak)
+  reduce = train_reductions(config, mesh.shape["data"] * mesh.shape["fsdp"], footprint.peak,
+                            context=dict(mesh.shape).get("context", 1),
+                            num_devices=mesh.devices.size)
   result = verdict(footprint, limit, headroom=config.train.get("memory_headroom", 0.9),
                    what="train step", reduce=reduce)
   if not result.fits:
