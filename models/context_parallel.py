@@ -82,6 +82,13 @@ def gather_sequence(x: jax.Array) -> jax.Array:
   return _reorder_chunks(gathered, np.argsort(zigzag_order(context_size())))
 
 
+def sequence_max(x: jax.Array) -> jax.Array:
+  """The maximum of `x` over the devices the sequence is split over (inside `over_sequence`;
+  elsewhere `x`): a per-row statistic of the queries, e.g. dynamic NTK's length 1 + the largest
+  query position, is then that of the whole sequence, not of this device's tokens."""
+  return jax.lax.pmax(x, AXIS) if context_size() > 1 else x
+
+
 def query_segments(local_len: int) -> list[tuple[int, int, jax.Array, int]]:
   """How this device's queries attend to the gathered keys (inside `over_sequence`).
 

@@ -11,7 +11,7 @@ import train
 from conftest import tiny_config
 from eval import perplexity
 from models import context_parallel, positions, sharding
-from models.spec import init_params, model_spec
+from models.spec import model_spec
 
 TRAIN_LEN = 16
 ONE_DEVICE = (1, 1, 1, 1)  # (data, fsdp, context, tensor)
@@ -47,14 +47,23 @@ def _batch(length: int, seed: int = 0) -> dict:
           "weights": np.ones((4, length), np.float32)}
 
 
+def _random_params(spec) -> dict:
+  """Random host values for every parameter (norm scales near 1, the rest N(0, 0.1^2)): no
+  initialiser to compile, and zero-initialised tables (CoPE's) take part in the comparison."""
+  rng = np.random.default_rng(0)
+  return jax.tree.map(
+      lambda a: ((1.0 if a.ndim == 1 else 0.0) + 0.1 * rng.standard_normal(a.shape)).astype(
+          a.dtype), spec.abstract_params)
+
+
 def _loss_grads_and_nll(config, sizes, train_batch, eval_batch, params=None):
   """(loss sum, gradients, per-position NLL sums at the eval length) on the mesh `sizes`, from
   one jitted program (train.loss_sum's value and gradient; make_nll_fn's scoring), and the
-  parameters (initialised with config.seed unless given)."""
+  parameters (`_random_params` unless given)."""
   mesh = _mesh(config, sizes)
   spec = model_spec(config, mesh)
-  params = (init_params(config, spec) if params is None
-            else jax.device_put(params, spec.param_shardings))
+  params = jax.device_put(_random_params(spec) if params is None else params,
+                          spec.param_shardings)
 
   def run(params, train_batch, eval_batch):
     (total, _), grads = jax.value_and_grad(train.loss_sum, has_aux=True)(

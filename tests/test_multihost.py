@@ -49,7 +49,7 @@ def test_two_processes_train_and_evaluate(text_corpus, tmp_path):
   (rc0, out0), (rc1, out1) = run_two_processes(
       ["train.py", f"--config={config}", f"--workdir={workdir}"], env)
   assert rc0 == 0 and rc1 == 0, out0[-3000:] + out1[-3000:]
-  assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 1}" in out0  # 4 devices over 2 processes
+  assert "mesh {'data': 2, 'fsdp': 2, 'context': 1, 'tensor': 1}" in out0  # 4 devices over 2 processes
   assert "final validation loss" in out0 and "ppl at" in out0
   assert "final validation loss" not in out1 and "model:" not in out1  # reported once
   with open(os.path.join(workdir, "config.json")) as f:

@@ -45,7 +45,7 @@ import numpy as np
 from flax import nnx
 
 from configs.errors import ConfigError
-from models import position_transforms, rope_scaling
+from models import context_parallel, position_transforms, rope_scaling
 from models.kernels.spec import KernelSpec
 from models.positions.base import Dims, PositionalScheme
 
@@ -258,7 +258,9 @@ class RoPE(PositionalScheme):
     inv_freq = jnp.asarray(inv, jnp.float32)
     if not (self.dynamic_train_len or self.long_train_len):
       return inv_freq
-    length = jnp.maximum(q_positions.max(axis=-1), k_positions.max(axis=-1)) + 1  # [b]
+    # [b]; the largest query position of the whole sequence under context parallelism
+    q_max = context_parallel.sequence_max(q_positions.max(axis=-1))
+    length = jnp.maximum(q_max, k_positions.max(axis=-1)) + 1
     if self.dynamic_train_len:
       return rope_scaling.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len,
                                                self.dynamic_alpha)
