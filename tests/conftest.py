@@ -82,6 +82,20 @@ def tiny_config(text_glob: str, kind: str = "alibi"):
   return c
 
 
+def train_rope_parent(text_glob: str, workdir: str, *, num_steps: int,
+                      checkpoint_every: int) -> str:
+  """Trains a tiny RoPE run (`tiny_config`, train_len 32, head_dim 16) on one device, evaluated
+  at 1x only: a parent for warm starts and LongRoPE's search. Returns `workdir`."""
+  import jax
+
+  import train
+  c = tiny_config(text_glob, "rope")
+  c.train.num_steps, c.train.checkpoint_every_steps = num_steps, checkpoint_every
+  c.eval.length_multipliers = (1.0,)
+  train.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
+  return workdir
+
+
 def write_config_file(path: str, config) -> str:
   """Writes a `--config` file whose get_config() returns `config`: configs/base.py with the
   fields where `config` differs assigned (for train.py and the launcher run as processes)."""

@@ -16,8 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-import train
-from conftest import no_compilation, tiny_config
+from conftest import no_compilation, tiny_config, train_rope_parent
 from configs.errors import ConfigError
 from configs.validate import validate
 from eval import run as eval_run
@@ -38,12 +37,8 @@ def _devices():
 @pytest.fixture(scope="module")
 def parent(text_corpus, tmp_path_factory) -> str:
   """A 3-step tiny RoPE run (train_len 32, head_dim 16: 8 feature pairs)."""
-  workdir = str(tmp_path_factory.mktemp("lr_parent") / "rope")
-  c = tiny_config(text_corpus, "rope")
-  c.train.num_steps, c.train.checkpoint_every_steps = 3, 3
-  c.eval.length_multipliers = (1.0,)
-  train.train_and_evaluate(c, workdir, devices=_devices())
-  return workdir
+  return train_rope_parent(text_corpus, str(tmp_path_factory.mktemp("lr_parent") / "rope"),
+                           num_steps=3, checkpoint_every=3)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import train
-from conftest import tiny_config
+from conftest import tiny_config, train_rope_parent
 from configs.errors import ConfigError
 from data import inputs as data_inputs
 from data.tokenizers import get_tokenizer
@@ -28,12 +28,8 @@ def _devices():
 @pytest.fixture(scope="module")
 def parent(text_corpus, tmp_path_factory) -> str:
   """A 4-step RoPE run (train_len 32) with checkpoints at steps 2 and 4."""
-  workdir = str(tmp_path_factory.mktemp("parent") / "rope")
-  c = tiny_config(text_corpus, "rope")
-  c.train.num_steps, c.train.checkpoint_every_steps = 4, 2
-  c.eval.length_multipliers = (1.0,)
-  train.train_and_evaluate(c, workdir, devices=_devices())
-  return workdir
+  return train_rope_parent(text_corpus, str(tmp_path_factory.mktemp("parent") / "rope"),
+                           num_steps=4, checkpoint_every=2)
 
 
 def child_config(text_corpus, parent_dir, **fields):
