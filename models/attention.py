@@ -365,7 +365,7 @@ class Attention(nnx.Module):
     """
     if self.impl != "pallas":
       return None
-    context = dict(jax.sharding.get_abstract_mesh().shape).get("context", 1)
+    context = dict(jax.sharding.get_abstract_mesh().shape).get(context_parallel.AXIS, 1)
     if cache is not None:
       reason = "KV-cache decoding"
     elif context > 1:

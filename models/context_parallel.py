@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from models.sharding import BATCH
+
 AXIS = "context"
 PAD_SEGMENT = -1  # segment id of padding tokens: no real token (ids >= 0) attends to them
 
@@ -134,7 +136,7 @@ def over_sequence(fn: Callable, mesh=None) -> Callable:
   if c == 1:
     return fn
   order, inverse = zigzag_order(c), np.argsort(zigzag_order(c))
-  batch_axes = tuple(a for a in ("data", "fsdp") if a in mesh.axis_names)
+  batch_axes = tuple(a for a in BATCH if a in mesh.axis_names)
   sharded = jax.shard_map(fn, mesh=mesh, in_specs=(P(), P(batch_axes, AXIS)),
                           out_specs=P(batch_axes, AXIS), axis_names={AXIS, *batch_axes})
 
