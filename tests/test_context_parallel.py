@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from runs import optimizer
 import train
 from conftest import tiny_config
 from eval import perplexity
@@ -83,7 +84,8 @@ def _assert_equal(reference, other, what: str):
     b = g2
     for key in path:
       b = b[key.key]
-    np.testing.assert_allclose(b, a, rtol=1e-4, atol=2e-6,
+    # float32 sums in another order: an absolute error on the scale of the leaf's largest entry
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=max(2e-6, 1e-5 * float(np.abs(a).max())),
                                err_msg=f"{what}: gradient {jax.tree_util.keystr(path)}")
   np.testing.assert_allclose(n2, n1, rtol=2e-5, atol=2e-5, err_msg=f"{what}: 4x NLL")
 
@@ -123,7 +125,7 @@ def test_train_step_with_context_parallelism_equals_one_device(text_corpus):
     config = _config(text_corpus, "rope", num_layers=1)
     mesh = _mesh(config, sizes)
     spec = model_spec(config, mesh)
-    tx = train.make_optimizer(config.train)
+    tx = optimizer.make_optimizer(config.train)
     shardings, _ = train.state_shardings(tx, spec, mesh)
     state = train.initial_state(config, spec, tx, shardings)
     step_fn = train.make_step_fn(config, spec, tx, shardings, mesh, pad_id=0)
