@@ -1,7 +1,7 @@
 """Trains a decoder with a pluggable positional scheme, then runs the evaluation suites:
 `python train.py --config=configs/alibi_tiny.py --workdir=/tmp/alibi_tiny`.
 
-Top to bottom: flags and `main`; the optimizer; the loss and `train_step`; the jitted step
+Top to bottom: flags and `main`; the train state; the loss and `train_step`; the jitted step
 function; `train_loop`; `train_and_evaluate` (pre-flight -> data -> restore -> loop -> suites).
 The workdir (runs/) gets config.json, metrics.jsonl, tensorboard/, checkpoints/ and the suites'
 eval/<suite>.{json,png} (eval/suites/: perplexity and loss by position for text, accuracy per
@@ -33,6 +33,7 @@ from runs import distributed, memory, warm_start, workdir as run_dir
 from runs.checkpoint import TrainCheckpoints
 from runs.distributed import Preemption, chief_print
 from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
+from runs.optimizer import make_lr_schedule, make_optimizer
 
 FLAGS = flags.FLAGS
 
@@ -59,30 +60,7 @@ def main(argv):
     sys.exit(2 if isinstance(e, ConfigError) else 1)
 
 
-# ---------------------------------------------------------------------------- optimizer
-
-
-def make_lr_schedule(train_config):
-  """The learning-rate schedule used by `make_optimizer` (also logged): step -> rate."""
-  t = train_config
-  return optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=t.learning_rate, warmup_steps=t.warmup_steps,
-      decay_steps=max(t.num_steps, t.warmup_steps + 1), end_value=t.learning_rate * t.final_lr_ratio)
-
-
-def make_optimizer(train_config) -> optax.GradientTransformation:
-  """AdamW (Loshchilov & Hutter, arXiv 1711.05101) with linear warmup + cosine decay.
-
-  The learning rate rises linearly from 0 to `learning_rate` over `warmup_steps`, then follows a
-  cosine to `learning_rate * final_lr_ratio` at `num_steps`. Gradients are clipped to global norm
-  `grad_clip` (if > 0); weight decay applies to matrices only (ndim >= 2: no norms, no biases).
-  """
-  t = train_config
-  adamw = optax.adamw(make_lr_schedule(t), b1=t.b1, b2=t.b2, weight_decay=t.weight_decay,
-                      mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params))
-  if t.grad_clip > 0:
-    return optax.chain(optax.clip_by_global_norm(t.grad_clip), adamw)
-  return adamw
+# ---------------------------------------------------------------------------- the train state
 
 
 def state_shardings(tx, spec: ModelSpec, mesh):
@@ -186,8 +164,7 @@ def compile_step_fn(config, spec: ModelSpec, tx, shardings, abstract, mesh, pad_
   """`make_step_fn` compiled ahead for the `abstract` state (`state_shardings`) and a global
   batch (data.inputs.train_batch_spec): the executable the loop runs, whose memory analysis the
   pre-flight reads (one compilation for both)."""
-  batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding.batch_sharding(mesh))
-           for k, (shape, dtype) in data_inputs.train_batch_spec(config).items()}
+  batch = sharding.abstract_batch(data_inputs.train_batch_spec(config), mesh)
   return make_step_fn(config, spec, tx, shardings, mesh, pad_id).lower(abstract, batch).compile()
 
 

@@ -29,6 +29,7 @@ import time  # noqa: E402
 import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from runs import optimizer  # noqa: E402
 import train  # noqa: E402
 from configs import alibi_tiny  # noqa: E402
 from models import sharding  # noqa: E402
@@ -48,7 +49,7 @@ def step_memory(length: int, context: int) -> tuple[float, float, float]:
   c.mesh.data, c.mesh.fsdp, c.mesh.context, c.mesh.tensor = 1, 1, context, 1
   mesh = sharding.make_mesh(c.mesh, jax.devices()[:context])
   spec = model_spec(c, mesh)
-  tx = train.make_optimizer(c.train)
+  tx = optimizer.make_optimizer(c.train)
   shardings, abstract = train.state_shardings(tx, spec, mesh)
   t0 = time.perf_counter()
   compiled = train.compile_step_fn(c, spec, tx, shardings, abstract, mesh, pad_id=0)

@@ -32,7 +32,7 @@ from configs import alibi_tiny  # noqa: E402
 from data.tokenizers import get_tokenizer  # noqa: E402
 from models import sharding  # noqa: E402
 from models import spec as specs  # noqa: E402
-from runs import memory  # noqa: E402
+from runs import memory, optimizer  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("kind", "alibi", "positional scheme (model.position.kind)")
@@ -47,7 +47,7 @@ def step_footprint(config) -> tuple[memory.Footprint, float]:
   """(the compiled training step's footprint on one device, compile seconds) for `config`."""
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   spec = specs.model_spec(config, mesh)
-  tx = train.make_optimizer(config.train)
+  tx = optimizer.make_optimizer(config.train)
   shardings, abstract = train.state_shardings(tx, spec, mesh)
   t0 = time.perf_counter()
   compiled = train.compile_step_fn(config, spec, tx, shardings, abstract, mesh,

@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from runs import optimizer  # noqa: E402
 import train  # noqa: E402
 from configs import alibi_tiny  # noqa: E402
 from data import pipeline  # noqa: E402
@@ -73,7 +74,7 @@ def measure(config, steps: int, peak: float, prefetch: int | None) -> dict:
   data = iter(pipeline.train_dataset(
       docs["train"], tokenizer, train_len=config.data.train_len,
       batch_size=config.data.batch_size, seed=0, prefetch=prefetch))
-  tx = train.make_optimizer(config.train)
+  tx = optimizer.make_optimizer(config.train)
   shardings, _ = train.state_shardings(tx, spec, mesh)
   state = train.initial_state(config, spec, tx, shardings)
   step_fn = train.make_step_fn(config, spec, tx, shardings, mesh, tokenizer.pad_id)

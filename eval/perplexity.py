@@ -52,7 +52,7 @@ from data.corpora import Document
 from data.pipeline import document_windows, sliding_document_windows
 from data.tokenizers import ByteTokenizer
 from models import context_parallel
-from models.sharding import BATCH, batch_sharding, replicated, trace_under_mesh
+from models.sharding import BATCH, abstract_batch, batch_sharding, replicated, trace_under_mesh
 
 FIELDS = ("inputs", "targets", "positions", "segment_ids")
 PROTOCOLS = ("non_overlapping", "sliding")
@@ -151,10 +151,9 @@ def compile_scoring(nll_fn: Callable, params, length: int, batch_size: int, mesh
   Returns:
     A `jax.stages.Compiled` of (params, batch) -> the same two float32 [L] sums as `nll_fn`.
   """
-  rows, sharding = scoring_rows(batch_size, mesh), batch_sharding(mesh)
-  batch = {k: jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding) for k in FIELDS}
-  batch["weights"] = jax.ShapeDtypeStruct((rows, length), jnp.float32, sharding=sharding)
-  return nll_fn.lower(params, batch).compile()
+  shape = (scoring_rows(batch_size, mesh), length)
+  fields = {**{k: (shape, jnp.int32) for k in FIELDS}, "weights": (shape, jnp.float32)}
+  return nll_fn.lower(params, abstract_batch(fields, mesh)).compile()
 
 
 @dataclasses.dataclass(frozen=True)

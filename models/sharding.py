@@ -76,6 +76,20 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH, None))
 
 
+def abstract_batch(fields: dict, mesh: Mesh) -> dict:
+  """A global batch as `jax.ShapeDtypeStruct`s for ahead-of-time lowering.
+
+  Args:
+    fields: {name: (shape, dtype)}, each shape `[batch, seq]` (global, tokens).
+    mesh: device mesh; each field is sharded as `batch_sharding(mesh)`.
+
+  Returns:
+    {name: ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh))}.
+  """
+  return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh))
+          for k, (shape, dtype) in fields.items()}
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   """A fully replicated sharding on `mesh`."""
   return NamedSharding(mesh, P())

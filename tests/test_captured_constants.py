@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from runs import optimizer
 import train
 from conftest import tiny_config
 from eval import perplexity
@@ -41,7 +42,7 @@ def _programs(config, length: int):
   """(train step, its abstract args), (perplexity scoring, its abstract args) at `length`."""
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   spec = model_spec(config, mesh)
-  tx = train.make_optimizer(config.train)
+  tx = optimizer.make_optimizer(config.train)
   shardings, abstract = train.state_shardings(tx, spec, mesh)
   step_fn = train.make_step_fn(config, spec, tx, shardings, mesh, pad_id=0)
   ints = jax.ShapeDtypeStruct((1, length), jnp.int32)

@@ -17,6 +17,7 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from runs import optimizer
 import train
 from conftest import tiny_config
 from data.tokenizers import get_tokenizer
@@ -122,7 +123,7 @@ def _one_step(c, devices, batch, host_state=None):
   returns (metrics, new params, the starting state as numpy)."""
   mesh = sharding.make_mesh(c.mesh, devices)
   spec = model_spec(c, mesh)
-  tx = train.make_optimizer(c.train)
+  tx = optimizer.make_optimizer(c.train)
   shardings, _ = train.state_shardings(tx, spec, mesh)
   if host_state is None:
     state = train.initial_state(c, spec, tx, shardings)

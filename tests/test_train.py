@@ -17,6 +17,7 @@ from data.tokenizers import get_tokenizer
 from eval import perplexity
 from eval import run as eval_run
 from models import positions
+from runs import optimizer
 from runs import checkpoint as run_ckpt
 from runs import workdir as run_dir
 from data import inputs as data_inputs
@@ -278,7 +279,7 @@ def test_gradient_accumulation_gives_the_same_update(text_corpus):
   c = tiny_config(text_corpus)
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
   spec = specs.model_spec(c, mesh)
-  tx = train.make_optimizer(c.train)
+  tx = optimizer.make_optimizer(c.train)
   params = specs.init_params(c, spec)
   rng = np.random.default_rng(0)
   batch = {"inputs": rng.integers(0, 256, (8, 32)), "targets": rng.integers(0, 256, (8, 32)),

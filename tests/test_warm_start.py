@@ -17,7 +17,7 @@ from data import inputs as data_inputs
 from data.tokenizers import get_tokenizer
 from models import sharding
 from models.spec import model_spec
-from runs import warm_start
+from runs import optimizer, warm_start
 from runs.checkpoint import restore_params
 from runs.workdir import load_run_config
 
@@ -80,7 +80,7 @@ def test_warm_start_is_restore_params_and_fresh_optimizer(text_corpus, parent, t
   parent_config = load_run_config(parent)
   params, _ = restore_params(parent, parent_config, model_spec(parent_config, mesh), 2)
   start = jax.device_get(params)  # the step donates the state
-  tx = train.make_optimizer(c.train)
+  tx = optimizer.make_optimizer(c.train)
   shardings, _ = train.state_shardings(tx, spec, mesh)
   fresh = train.initial_state(c, spec, tx, shardings)
   state = {**fresh, "params": params, "opt_state": jax.jit(tx.init)(params)}
