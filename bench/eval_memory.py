@@ -40,7 +40,6 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-import train  # noqa: E402
 from configs import alibi_tiny  # noqa: E402
 from eval import perplexity  # noqa: E402
 from models import sharding  # noqa: E402

@@ -10,7 +10,7 @@ from flax import nnx
 from configs.validate import ConfigError
 from conftest import tiny_config
 from models import extensions, positions
-from models.attention import Attention, attention_mask, dot_product_attention
+from models.attention import Attention, dot_product_attention
 from models.position_transforms import PositionTransform, check_config
 from models.positions.alibi import alibi_slopes
 

@@ -3,9 +3,7 @@
 import math
 import os
 
-import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 

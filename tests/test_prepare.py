@@ -20,7 +20,7 @@ from conftest import tiny_config
 from configs.validate import ConfigError, validate
 from data import corpora, pipeline, prepare
 from data.corpora import CorpusError, TokenizedDocument
-from data.tokenizers import ByteTokenizer, SentencePieceTokenizer, get_tokenizer
+from data.tokenizers import ByteTokenizer, get_tokenizer
 from runs import distributed
 from runs import workdir as run_dir
 from data import inputs as data_inputs
