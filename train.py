@@ -190,7 +190,8 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
   tokens = config.data.batch_size * config.data.train_len  # per step
   flops = train_flops_per_token(config) * tokens
   peak = (t.peak_flops_per_device or measure_peak_flops()) * mesh.devices.size
-  schedule, batch_sharding = make_lr_schedule(t), sharding.batch_sharding(mesh)
+  # One compiled program for the logged rate (eagerly, optax's schedule is a dozen small ones).
+  schedule, batch_sharding = jax.jit(make_lr_schedule(t)), sharding.batch_sharding(mesh)
   bar = tqdm(total=t.num_steps, initial=step, desc="train", disable=jax.process_index() > 0,
              dynamic_ncols=True)
   interval_start, interval_steps = time.perf_counter(), 0

@@ -7,8 +7,13 @@ import shutil
 import sys
 import tempfile
 
+# LLVM's optimisation level 0 for the compiled CPU code: the tests' tiny programs compile about a
+# fifth faster and run no slower that matters. It changes no arithmetic (no fast-math; XLA's own
+# HLO passes, which decide fusion and buffers, are untouched), and every process the tests start
+# gets it too (FAST_COMPILE in their XLA_FLAGS).
+FAST_COMPILE = "--xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=8").strip()
+                           f" --xla_force_host_platform_device_count=8 {FAST_COMPILE}").strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One persistent compilation cache per test session, shared by the xdist workers: many tests
 # compile the same tiny-model programs (cache keys are the programs, so results are unchanged).

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import train
-from conftest import tiny_config, write_config_file
+from conftest import FAST_COMPILE, tiny_config, write_config_file
 from runs import checkpoint as run_ckpt
 from models import spec as specs
 
@@ -30,8 +30,8 @@ def env_for(devices: int, cache: str) -> dict:
       "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": cache,
       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
-  if devices > 1:
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+  env["XLA_FLAGS"] = FAST_COMPILE + (
+      f" --xla_force_host_platform_device_count={devices}" if devices > 1 else "")
   return env
 
 

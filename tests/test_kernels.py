@@ -19,17 +19,13 @@ import pytest
 from flax import nnx
 
 import train
-from conftest import tiny_config
+from conftest import FAST_COMPILE, tiny_config
 from configs.validate import ConfigError, validate
 from models import attention, positions
 from models.kernels import flash
 from models.kernels.reference import reference_attention
 from models.kernels.spec import KernelSpec
 from models.positions.rope import rope_inv_freq
-
-# The interpreted kernels' XLA programs compile twice as fast without LLVM optimisation; the
-# arithmetic is the same.
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def packed(batch, length, heads, head_dim, seed=0):
@@ -70,7 +66,7 @@ def assert_kernel_matches_reference(backend, spec, batch, length, heads, head_di
   kernel = lambda *a: flash.flash_attention(*a, backend=backend, interpret=True,
                                             block_sizes=flash.BlockSizes(*blocks))
   both = lambda *a: (run(kernel, *a), run(reference_attention, *a))
-  compiled = jax.jit(both).lower(q, k, v, spec.bias_params).compile(FAST_COMPILE)
+  compiled = jax.jit(both).lower(q, k, v, spec.bias_params).compile()  # LLVM at level 0: conftest.FAST_COMPILE
   (out, grads), (want, want_grads) = compiled(q, k, v, spec.bias_params)
   np.testing.assert_allclose(out, want, rtol=1e-5, atol=2e-6)
   for name, g, w in zip(("dq", "dk", "dv", "dbias_params"), grads, want_grads):
@@ -290,7 +286,7 @@ def _bench(*args):
   import subprocess
   import sys
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
   return subprocess.run([sys.executable, os.path.join(root, "bench", "attention.py"), *args],
                         capture_output=True, text=True, cwd=root, env=env, timeout=300)
 

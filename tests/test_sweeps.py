@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import tiny_config, write_config_file
+from conftest import FAST_COMPILE, tiny_config, write_config_file
 from configs import base
 from configs.validate import ConfigError
 from sweeps import collect, launch, study as study_lib
@@ -20,7 +20,8 @@ from runs import checkpoint as run_ckpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The launcher's children must see one CPU device (the tests' XLA_FLAGS ask for 8).
-ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
+ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu",
+                                                                    "XLA_FLAGS": FAST_COMPILE}
 
 
 def launch_cli(*args, env=None, timeout=600):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import train
-from conftest import tiny_config
+from conftest import FAST_COMPILE, tiny_config
 from configs.validate import ConfigError
 from data import passkey
 from data.tokenizers import get_tokenizer
@@ -172,7 +172,7 @@ def test_checkpoint_of_another_shape_is_refused(text_corpus, tmp_path):
 
 
 def run_cli(args, tmp_path):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
   return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"),
                          f"--config={os.path.join(ROOT, 'configs/alibi_tiny.py')}", *args],
                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
@@ -198,7 +198,7 @@ def test_cli_bad_config_fails_in_one_line(args, field, tmp_path):
     ([], "error: --workdir is required (a training run's workdir)"),
 ])
 def test_eval_cli_bad_flags_fail_in_one_line(args, message, tmp_path):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
   workdir = [f"--workdir={tmp_path}"] if args else []
   proc = subprocess.run([sys.executable, "-m", "eval.run", *workdir, *args], capture_output=True,
                         text=True, cwd=ROOT, env=env, timeout=120)
@@ -206,7 +206,7 @@ def test_eval_cli_bad_flags_fail_in_one_line(args, message, tmp_path):
 
 
 def test_eval_cli_misspelt_field_fails_in_one_line(tmp_path):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
   proc = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={tmp_path}",
                          "--config.eval.extensoin=yarn"], capture_output=True, text=True,
                         cwd=ROOT, env=env, timeout=120)
@@ -224,7 +224,7 @@ def test_cli_config_file_that_cannot_load_fails_in_one_line(text, message, tmp_p
   path = tmp_path / "my_config.py"
   if text is not None:
     path.write_text(text)
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), f"--config={path}",
                          f"--workdir={tmp_path / 'w'}"], capture_output=True, text=True,
                         cwd=tmp_path, env=env, timeout=120)
