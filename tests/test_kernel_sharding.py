@@ -26,7 +26,7 @@ from models.kernels import flash, partition
 from models.kernels.spec import KernelSpec
 from models.positions.rope import rope_inv_freq
 from models.spec import model_spec
-from test_kernels import FAST_COMPILE, packed, random_params
+from test_kernels import packed, random_params
 
 AXES = ("data", "fsdp", "tensor")
 
@@ -83,7 +83,7 @@ def test_sharded_kernel_equals_one_device(case):
     return f
 
   args = (q, k, v, spec.bias_params)
-  want = jax.jit(run(flash.flash_attention)).lower(*args).compile(FAST_COMPILE)(*args)
+  want = jax.jit(run(flash.flash_attention)).lower(*args).compile()(*args)
   sharded = sharding.trace_under_mesh(mesh, run(partition.partitioned_flash_attention))
   part = partition.kernel_partition(mesh.shape, batch, heads)
   x = NamedSharding(mesh, P(part.batch_axes or None, None, part.head_axis))
@@ -94,7 +94,7 @@ def test_sharded_kernel_equals_one_device(case):
   rows = batch // int(np.prod([mesh.shape[a] for a in part.batch_axes]))
   local = heads // (2 if part.head_axis else 1)
   assert "shard_map" in jaxpr and f"f32[{rows},{local},32,16]" in jaxpr
-  got = traced.lower().compile(FAST_COMPILE)(*args)
+  got = traced.lower().compile()(*args)
   (out, grads), (want_out, want_grads) = got, want
   np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
   for name, g, w in zip(("dq", "dk", "dv", "dbias_params"), grads, want_grads):
@@ -135,7 +135,7 @@ def _one_step(c, devices, batch, host_state=None):
   lowered = step_fn.lower(state, batch)
   # on the mesh, the kernel runs in shard_map (a manual computation); on one device, directly
   assert ("sdy.manual_computation" in lowered.as_text()) == (len(devices) > 1)
-  state, metrics = lowered.compile(FAST_COMPILE)(state, batch)
+  state, metrics = lowered.compile()(state, batch)
   return jax.device_get(metrics), jax.device_get(state["params"]), host_state
 
 
