@@ -298,7 +298,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   ckpt = TrainCheckpoints(workdir, config, abstract, inputs.train)
   state, resumed = ckpt.restore_latest()
   state = state if resumed is not None else initial_state(config, spec, tx, shardings, parent, mesh)
-  writer = MetricsWriter(workdir, resumed_from=resumed)
+  writer = MetricsWriter(workdir, resumed_from=resumed, config=config)
 
   # --- the loop
   nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)

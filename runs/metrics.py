@@ -11,6 +11,7 @@ import os
 import jax
 import jax.numpy as jnp
 from tensorboardX import SummaryWriter
+from tensorboardX.summary import hparams as tensorboard_hparams
 
 from eval.files import atomic_write
 
@@ -81,23 +82,55 @@ def step_record(step: int, metrics: dict, *, step_time: float, learning_rate: fl
   return record
 
 
+# The scalars TensorBoard's HPARAMS tab shows beside a run's hyperparameters.
+HPARAM_METRICS = ("loss", "val_loss")
+
+
+def hparams(config) -> dict[str, int | float | str | bool]:
+  """The config as TensorBoard hyperparameters: {"model.position.kind": "rope", ...}, one entry
+  per leaf field; tuples and None become their repr (TensorBoard takes numbers, text, booleans)."""
+  flat = {}
+
+  def walk(prefix: str, node: dict) -> None:
+    for key, value in node.items():
+      if isinstance(value, dict):
+        walk(f"{prefix}{key}.", value)
+      else:
+        flat[prefix + key] = value if isinstance(value, (bool, int, float, str)) else repr(value)
+
+  walk("", config.to_dict())
+  return flat
+
+
 class MetricsWriter:
   """Appends records to `<workdir>/metrics.jsonl` and TensorBoard scalars (process 0 only).
+
+  A fresh run also writes the config to TensorBoard: as text (tag `config`, the JSON) and as
+  hyperparameters (the HPARAMS tab, with `HPARAM_METRICS`). A resumed run writes a purge marker
+  at `resumed_from + 1` (tensorboardX `purge_step`), so TensorBoard drops the scalars logged
+  after the restored checkpoint, as `metrics.jsonl` does.
 
   Args:
     workdir: the run's folder (exists).
     resumed_from: the step a resume restored, or None for a fresh run; lines logged after it
       are dropped first.
+    config: the run's ConfigDict (written to TensorBoard by a fresh run), or None.
   """
 
-  def __init__(self, workdir: str, resumed_from: int | None = None):
+  def __init__(self, workdir: str, resumed_from: int | None = None, config=None):
     self.chief = jax.process_index() == 0
     if not self.chief:
       return
     path = os.path.join(workdir, METRICS_FILE)
     if resumed_from is not None:
       truncate_metrics(path, resumed_from)
-    self._writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self._writer = SummaryWriter(
+        os.path.join(workdir, "tensorboard"),
+        purge_step=None if resumed_from is None else resumed_from + 1)
+    if config is not None and resumed_from is None:
+      self._writer.add_text("config", "```\n" + config.to_json(indent=2) + "\n```", 0)
+      for summary in tensorboard_hparams(hparams(config), {m: 0.0 for m in HPARAM_METRICS}):
+        self._writer.file_writer.add_summary(summary)
     self._file = open(path, "a")
 
   def log(self, record: dict) -> None:

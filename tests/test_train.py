@@ -134,6 +134,23 @@ def test_eight_devices_match_one_device(text_corpus, tmp_path):
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), pa, pb)
 
 
+def tensorboard_events(workdir) -> list:
+  """Every Event in `<workdir>/tensorboard/events.*`, file by file in name order (TFRecord
+  framing: length, its CRC, the Event proto, its CRC)."""
+  from tensorboardX.proto.event_pb2 import Event
+  events = []
+  folder = os.path.join(workdir, "tensorboard")
+  for name in sorted(os.listdir(folder)):
+    with open(os.path.join(folder, name), "rb") as f:
+      data = f.read()
+    at = 0
+    while at < len(data):
+      length = int.from_bytes(data[at:at + 8], "little")
+      events.append(Event.FromString(data[at + 12:at + 12 + length]))
+      at += 12 + length + 4
+  return events
+
+
 def test_kill_and_resume_is_exact(text_corpus, tmp_path):
   straight = tiny_config(text_corpus, "learned")
   train.train_and_evaluate(straight, str(tmp_path / "straight"), devices=jax.devices()[:1])
@@ -151,6 +168,22 @@ def test_kill_and_resume_is_exact(text_corpus, tmp_path):
   pa = final_params(tmp_path / "straight", straight)
   pb = final_params(tmp_path / "resumed", straight)
   jax.tree.map(np.testing.assert_array_equal, pa, pb)
+
+  # TensorBoard: the fresh run's config as text and hyperparameters (once); the resume's purge
+  # marker at step 6 drops the scalars the killed run logged after its checkpoint at step 5.
+  events = tensorboard_events(tmp_path / "resumed")
+  tags = [v.tag for e in events for v in e.summary.value]
+  assert tags.count("config/text_summary") == 1 and "_hparams_/experiment" in tags
+  config_text = next(v.tensor.string_val[0] for e in events for v in e.summary.value
+                     if v.tag == "config/text_summary").decode()
+  assert '"kind": "learned"' in config_text
+  hparams = next(v.metadata.plugin_data.content for e in events for v in e.summary.value
+                 if v.tag == "_hparams_/session_start_info")
+  assert b"model.position.kind" in hparams and b"learned" in hparams
+  purges = [e.step for e in events if e.HasField("session_log") and e.session_log.status == 1]
+  assert purges == [6]
+  assert [e.step for e in events if any(v.tag == "loss" for v in e.summary.value)] == (
+      list(range(1, 6)) + list(range(6, 11)))
 
 
 def test_checkpoint_of_another_shape_is_refused(text_corpus, tmp_path):
