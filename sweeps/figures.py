@@ -123,30 +123,43 @@ def _mean_band(frame, x: str, y: str):
   return out
 
 
-# One colour per scheme in every figure (the registry's schemes, in a fixed order); eval-time
-# extensions of a scheme are dashed, in colours of their own.
+# One style per scheme in every figure, the same in all of them: the registry's schemes in a
+# fixed order, each a distinct (colour, line style) pair and its own marker. Colours are the
+# Okabe-Ito colour-blind-safe set without its yellow (too pale on white) and black (the
+# `train_len` markers are grey and black); the second round of colours is dash-dotted. Eval-time
+# extensions of a scheme are dashed, in Dark2 colours.
 SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
                 "xpos", "kerple_power", "sandwich", "cope", "rope_mixed")
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#8B4513")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8")
+_STYLES = [{"color": OKABE_ITO[i % len(OKABE_ITO)],
+            "linestyle": ("-", "-.")[i // len(OKABE_ITO) % 2], "marker": MARKERS[i]}
+           for i in range(len(MARKERS))]
+
+
+def scheme_style(scheme: str) -> dict:
+  """Matplotlib style {color, linestyle, marker} of a scheme: fixed for the schemes in
+  SCHEME_ORDER (no two alike), a stable pick (crc32 of the name) for any other."""
+  if scheme in SCHEME_ORDER:
+    return dict(_STYLES[SCHEME_ORDER.index(scheme)])
+  return dict(_STYLES[zlib.crc32(scheme.encode()) % len(_STYLES)])
 
 
 def _style(label: str, extensions: list[str]) -> dict:
   """Matplotlib line style of a curve label ("<scheme> [cfg...] [+ <extension> x<factor>]"):
-  a fixed tab20 colour per scheme; the curves of eval-time extensions dashed, in Dark2 colours
+  the scheme's `scheme_style`; the curves of eval-time extensions dashed, in Dark2 colours
   taken in the order of `extensions` (the sorted extension labels of the axes)."""
   base, plus, _ = label.partition(" + ")
   if plus:
     dark = matplotlib.colormaps["Dark2"].colors
-    return {"color": dark[extensions.index(label) % len(dark)], "linestyle": "--"}
-  palette = matplotlib.colormaps["tab20"].colors
-  if base in SCHEME_ORDER:
-    return {"color": palette[2 * SCHEME_ORDER.index(base) % len(palette)]}
-  return {"color": palette[zlib.crc32(base.encode()) % len(palette)]}
+    return {"color": dark[extensions.index(label) % len(dark)], "linestyle": "--", "marker": "o"}
+  return scheme_style(base)
 
 
 def _plot_bands(ax, bands: dict) -> None:
   extensions = sorted(label for label in bands if " + " in label)
   for label, stats in bands.items():
-    line, = ax.plot(stats.index, stats["mean"], marker="o", markersize=3, label=label,
+    line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label,
                     **_style(label, extensions))
     if (stats["max"] > stats["min"]).any():
       ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)

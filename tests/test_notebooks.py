@@ -171,6 +171,18 @@ def test_one_colour_per_scheme_and_readable_log_ticks(study):
   assert labels and all(float(x) > 0 for x in labels)
 
 
+def test_every_registered_scheme_has_its_own_style():
+  """No two registered schemes share a (colour, line style) pair or a marker, and no scheme is
+  drawn in the grey/black of the train_len markers."""
+  from models import positions
+  styles = {kind: figures.scheme_style(kind) for kind in positions.REGISTRY}
+  assert set(styles) <= set(figures.SCHEME_ORDER)  # a new scheme gets a fixed style
+  assert len({(s["color"], s["linestyle"]) for s in styles.values()}) == len(styles)
+  assert len({s["marker"] for s in styles.values()}) == len(styles)
+  assert not {s["color"].lower() for s in styles.values()} & {"gray", "grey", "black", "#000000"}
+  assert figures.scheme_style("my_new_scheme") == figures.scheme_style("my_new_scheme")
+
+
 def test_the_report_of_a_folder_collects_again_when_runs_are_newer(study, tmp_path):
   copy = shutil.copytree(study, str(tmp_path / "study"))
   run = os.path.join(copy, "kind=alibi,seed=0", "eval", "passkey.json")
