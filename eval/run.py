@@ -61,7 +61,9 @@ def define_flags(argv: list[str]) -> None:
   except ConfigError:
     run_config = base.get_config()  # main() reports the bad workdir
   config_flags.DEFINE_config_dict("config", run_config, "The run's config (override fields with "
-                                  "--config.<field>=...).", lock_config=True)
+                                  "--config.<field>=...; every field: configs/base.py).",
+                                  lock_config=True)
+  FLAGS["config"].default_as_str = None  # --help would print the whole config as the default
   flags.DEFINE_string("workdir", None, "A training run's workdir (holds config.json and checkpoints/).")
   flags.DEFINE_integer("step", -1, "Checkpoint step to evaluate; -1 = the latest.")
   flags.DEFINE_list("length_multipliers", None, "Eval lengths as multiples of train_len "

@@ -249,6 +249,16 @@ def test_eval_cli_misspelt_field_fails_in_one_line(tmp_path):
                                  '"extension" instead of "extensoin"?')
 
 
+def test_eval_cli_helpshort_lists_the_flags_not_the_config():
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
+  proc = subprocess.run([sys.executable, "-m", "eval.run", "--helpshort"], capture_output=True,
+                        text=True, cwd=ROOT, env=env, timeout=120)
+  text = proc.stdout + proc.stderr
+  assert len(text.splitlines()) < 60, text  # (absl ends --helpshort with status 1)
+  assert "--workdir" in text and "--length_multipliers" in text and "configs/base.py" in text
+  assert "batch_size" not in text  # the config's fields are documented, not dumped
+
+
 @pytest.mark.parametrize("text,message", [
     (None, "error: --config could not be loaded: [Errno 2] No such file or directory"),
     ("def get_config(:\n", "error: the --config file does not run: SyntaxError: invalid syntax"),
