@@ -3,9 +3,9 @@
 
 Top to bottom: flags and `main`; the train state; the loss and `train_step`; the jitted step
 function; `train_loop`; `train_and_evaluate` (pre-flight -> data -> restore -> loop -> suites).
-The workdir (runs/) gets config.json, metrics.jsonl, tensorboard/, checkpoints/ and the suites'
-eval/<suite>.{json,png} (eval/suites/: perplexity and loss by position for text, accuracy per
-size for an algorithmic task, and what `eval.suites` names)."""
+The workdir (runs/) gets config.json, metrics.jsonl, training_curves.png, tensorboard/,
+checkpoints/ and the suites' eval/<suite>.{json,png} (eval/suites/: perplexity and loss by
+position for text, accuracy per size for an algorithmic task, and what `eval.suites` names)."""
 
 from __future__ import annotations
 

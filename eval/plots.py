@@ -187,6 +187,59 @@ def plot_attention_statistics(result: dict, path: str) -> None:
   save_png(fig, path)
 
 
+# Panels of a run's training curves: (metrics.jsonl key, y label, log y axis).
+TRAINING_PANELS = (("loss", "loss (nats per token)", True),
+                   ("learning_rate", "learning rate", False),
+                   ("grad_norm", "gradient norm (before clipping)", True),
+                   ("tokens_per_s", "throughput (tokens/s)", False))
+
+
+def plot_training_curves(records: list[dict], path: str, title: str = "") -> bool:
+  """Training loss with validation loss, learning rate, gradient norm and throughput against the
+  optimizer step, one panel each (2 x 2).
+
+  Args:
+    records: metrics.jsonl records in order (runs/metrics.py `step_record` and validation
+      records {step, val_loss, ...}); None values (non-finite steps) are left out.
+    path: output .png path (written atomically).
+    title: the figure's title (e.g. the run's scheme and workdir).
+
+  Returns:
+    False, writing nothing, when no record has a training loss.
+  """
+  train = [r for r in records if r.get("loss") is not None]
+  if not train:
+    return False
+  fig, axes = subplots(2, 2, figsize=(9, 5.5), dpi=100, sharex=True)
+  for ax, (key, label, log) in zip(axes.flat, TRAINING_PANELS):
+    points = [(r["step"], r[key]) for r in train if r.get(key) is not None]
+    ax.plot([p[0] for p in points], [p[1] for p in points], color="#0072B2", linewidth=1.2,
+            label="training batch" if key == "loss" else None)
+    if key == "loss":
+      val = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
+      if val:
+        ax.plot([p[0] for p in val], [p[1] for p in val], color="#D55E00", marker="o",
+                markersize=4, label="validation")
+      ax.legend(fontsize=8)
+    if log and all(p[1] > 0 for p in points):
+      ax.set_yscale("log")
+      plain = ticker.FuncFormatter(lambda v, _: f"{v:.3g}")
+      low, high = ax.get_ylim()
+      ax.yaxis.set_major_formatter(plain)  # minor labels too when less than a decade shows
+      ax.yaxis.set_minor_formatter(plain if high / low < 10 else ticker.NullFormatter())
+    elif key == "tokens_per_s" and points:
+      ax.set_ylim(0, 1.1 * max(p[1] for p in points))
+    ax.set_ylabel(label, fontsize=8)
+    ax.grid(True, alpha=0.3)
+  for ax in axes[1]:
+    ax.set_xlabel("optimizer step")
+  if title:
+    fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  save_png(fig, path)
+  return True
+
+
 def length_axis(ax, train_len: int | None) -> None:
   """log2 length axis with plain tick labels, a dashed train_len marker and a light grid."""
   if train_len:

@@ -13,9 +13,11 @@ import jax.numpy as jnp
 from tensorboardX import SummaryWriter
 from tensorboardX.summary import hparams as tensorboard_hparams
 
+from eval import plots
 from eval.files import atomic_write
 
 METRICS_FILE = "metrics.jsonl"
+TRAINING_CURVES_FILE = "training_curves.png"
 
 
 def truncate_metrics(path: str, step: int) -> None:
@@ -115,12 +117,18 @@ class MetricsWriter:
     resumed_from: the step a resume restored, or None for a fresh run; lines logged after it
       are dropped first.
     config: the run's ConfigDict (written to TensorBoard by a fresh run), or None.
+
+  `close` draws the training curves of the whole run (this start and the ones before it) into
+  `<workdir>/training_curves.png` (eval.plots.plot_training_curves).
   """
 
   def __init__(self, workdir: str, resumed_from: int | None = None, config=None):
     self.chief = jax.process_index() == 0
     if not self.chief:
       return
+    self._workdir = workdir
+    self._title = (f"{config.model.position.kind}: {os.path.basename(os.path.abspath(workdir))}"
+                   if config is not None else os.path.basename(os.path.abspath(workdir)))
     path = os.path.join(workdir, METRICS_FILE)
     if resumed_from is not None:
       truncate_metrics(path, resumed_from)
@@ -146,10 +154,12 @@ class MetricsWriter:
     self._writer.flush()
 
   def close(self) -> None:
-    """Closes the file and the TensorBoard writer (idempotent)."""
+    """Closes the file and the TensorBoard writer, then writes training_curves.png (idempotent)."""
     if self.chief and not self._file.closed:
       self._writer.close()
       self._file.close()
+      plots.plot_training_curves(read_metrics(self._workdir),
+                                 os.path.join(self._workdir, TRAINING_CURVES_FILE), self._title)
 
 
 class NonFiniteLossError(FloatingPointError):

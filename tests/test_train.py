@@ -47,8 +47,12 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   assert [s for s, _ in curve] == list(range(1, 31))
   assert np.mean([l for _, l in curve[-5:]]) < curve[0][1] - 1.0
   assert out["val_loss"] < curve[0][1]
-  for name in ("config.json", "metrics.jsonl", "eval/ppl_vs_length.json", "eval/ppl_vs_length.png"):
+  for name in ("config.json", "metrics.jsonl", "training_curves.png", "eval/ppl_vs_length.json",
+               "eval/ppl_vs_length.png"):
     assert os.path.getsize(tmp_path / name) > 0
+  from eval import plots
+  assert not plots.plot_training_curves([{"step": 1, "val_loss": 2.0}], str(tmp_path / "x.png"))
+  assert not os.path.exists(tmp_path / "x.png")  # no training loss: nothing drawn
   assert any(f.startswith("events") for f in os.listdir(tmp_path / "tensorboard"))
   result = json.load(open(tmp_path / "eval/ppl_vs_length.json"))
   assert [r["length"] for r in result["rows"]] == [16, 32, 64]
@@ -160,6 +164,7 @@ def test_kill_and_resume_is_exact(text_corpus, tmp_path):
   out = train.train_and_evaluate(first, str(tmp_path / "resumed"), devices=jax.devices()[:1])
   assert out == {"step": 5}
   assert not os.path.exists(tmp_path / "resumed" / "eval")
+  assert os.path.getsize(tmp_path / "resumed" / "training_curves.png") > 0  # drawn on a stop too
   second = tiny_config(text_corpus, "learned")
   train.train_and_evaluate(second, str(tmp_path / "resumed"), devices=jax.devices()[:1])
 
