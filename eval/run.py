@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import sys
+import time
 
 import jax
 import ml_collections
@@ -108,9 +109,17 @@ def eval_config(workdir: str, config=None, length_multipliers=None, split=None):
   config = run_config if config is None else ml_collections.ConfigDict(config.to_dict())
   position, run_position = config.model.position, run_config.model.position
   other_model = {k: v for k, v in config.model.items() if k != "position"}
-  if (other_model != {k: v for k, v in run_config.model.items() if k != "position"}
-      or position.kind != run_position.kind or config.data.train_len != run_config.data.train_len):
-    raise ConfigError("--config.model.* and --config.data.train_len must stay as trained (the "
+  run_model = {k: v for k, v in run_config.model.items() if k != "position"}
+  changed_fields = [f"model.{k}={other_model[k]!r} (trained: {run_model.get(k)!r})"
+                    for k in other_model if other_model[k] != run_model.get(k)]
+  if position.kind != run_position.kind:
+    changed_fields.append(f"model.position.kind={position.kind!r} (trained: {run_position.kind!r})")
+  if config.data.train_len != run_config.data.train_len:
+    changed_fields.append(f"data.train_len={config.data.train_len} (trained: "
+                          f"{run_config.data.train_len})")
+  if changed_fields:
+    raise ConfigError(f"{', '.join(changed_fields)}: --config.model.* and --config.data.train_len "
+                      "must stay as trained (the "
                       "checkpoint's model); override eval.* fields (eval.extension for eval-time "
                       "extensions) and the eval-time parameters in "
                       "models/extensions.py EXTENSION_PARAMS")
@@ -202,6 +211,7 @@ def main(argv):
   distributed.quiet_library_logs()
   try:
     distributed.initialize_from_flags()  # before any device is used
+    started = time.time()
     results = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,
                        FLAGS.length_multipliers, FLAGS.split, FLAGS.config)
   except ConfigError as e:
@@ -222,8 +232,10 @@ def main(argv):
     if "max_length_passing" in result:
       print(f"  largest length with accuracy >= {result.get('threshold')}: "
             f"{result['max_length_passing']}")
-  print(f"wrote {os.path.join(FLAGS.workdir, 'eval')}/: "
-        + ", ".join(f"{name}.json" for name in results))
+  folder = os.path.join(FLAGS.workdir, "eval")
+  written = sorted(name for name in os.listdir(folder) if not name.startswith(".")
+                   and os.path.getmtime(os.path.join(folder, name)) >= started - 1)
+  print(f"wrote {folder}/ (replacing earlier files of the same names): " + ", ".join(written))
 
 
 if __name__ == "__main__":

@@ -254,6 +254,19 @@ def test_eval_cli_misspelt_field_fails_in_one_line(tmp_path):
                                  '"extension" instead of "extensoin"?')
 
 
+def test_eval_config_names_the_model_fields_that_changed(tmp_path):
+  from runs import workdir as run_dir
+  trained = tiny_config("unused", "rope")
+  run_dir.write_run_config(str(tmp_path), trained)
+  other = tiny_config("unused", "alibi")
+  other.model.d_model = 32
+  with pytest.raises(ConfigError) as e:
+    eval_run.eval_config(str(tmp_path), other)
+  assert str(e.value).startswith("model.d_model=32 (trained: 64), model.position.kind='alibi' "
+                                 "(trained: 'rope'): --config.model.* and --config.data.train_len "
+                                 "must stay as trained")
+
+
 def test_eval_cli_helpshort_lists_the_flags_not_the_config():
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
   proc = subprocess.run([sys.executable, "-m", "eval.run", "--helpshort"], capture_output=True,
