@@ -233,8 +233,9 @@ def main(argv):
       print(f"  largest length with accuracy >= {result.get('threshold')}: "
             f"{result['max_length_passing']}")
   folder = os.path.join(FLAGS.workdir, "eval")
-  written = sorted(name for name in os.listdir(folder) if not name.startswith(".")
-                   and os.path.getmtime(os.path.join(folder, name)) >= started - 1)
+  written = (sorted(name for name in os.listdir(folder) if not name.startswith(".")
+                    and os.path.getmtime(os.path.join(folder, name)) >= started - 1)
+             if os.path.isdir(folder) else [f"{name}.json" for name in results])  # a bucket
   print(f"wrote {folder}/ (replacing earlier files of the same names): " + ", ".join(written))
 
 
