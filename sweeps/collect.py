@@ -7,8 +7,10 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
 
   <study>/results.parquet, results.csv
       one row per run x suite x length x extension (x protocol for the perplexity suites):
-      run, scheme, seed, train_len, task ("" for text), num_params, parent (a warm start's
-      parent: `<run folder>@<step>`, "" for a run from scratch), the config fields that vary between runs
+      run, scheme, seed, train_len, task ("" for text), train_passkey_fraction (the share of
+      training windows that are passkey documents, data.passkey.fraction), num_params, parent (a
+      warm start's parent: `<run folder>@<step>`, "" for a run from scratch), the config fields
+      that vary between runs
       (`cfg.<dotted field>`), the final losses, then per result suite, extension,
       extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file and
       per length:
@@ -62,7 +64,7 @@ SUMMARY_MULTIPLIERS = (1, 2, 4, 8, 16)
 STANDARD_FIELDS = {"model.position.kind": "scheme", "seed": "seed", "data.train_len": "train_len",
                    "model.num_layers": "num_layers", "model.d_model": "d_model",
                    "model.num_heads": "num_heads", "train.num_steps": "num_steps",
-                   "data.task.name": "task"}
+                   "data.task.name": "task", "data.passkey.fraction": "train_passkey_fraction"}
 MANIFEST = "study.json"
 
 
@@ -183,7 +185,7 @@ def configuration_columns(columns: Iterable[str]) -> list[str]:
   of parents that differ by seed are one configuration's seeds (the `parent` column names each).
   """
   return [c for c in columns if c in ("scheme", "train_len", "num_params", "num_layers", "d_model",
-                                      "num_heads", "num_steps")
+                                      "num_heads", "num_steps", "train_passkey_fraction")
           or (c.startswith("cfg.") and not c.endswith("seed") and not c.startswith("cfg.eval.")
               and c != "cfg.train.init_from")]
 

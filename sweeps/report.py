@@ -94,6 +94,51 @@ def _read(path: str) -> pd.DataFrame:
     raise ConfigError(str(e)) from None
 
 
+def split_constant_columns(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+  """(table without the columns that hold one value in every row, {column: that value}).
+
+  Columns that are empty in every row are dropped and not reported. A table of one row is kept
+  whole (every column is constant there)."""
+  if len(table) < 2:
+    return table, {}
+  empty = [c for c in table.columns if table[c].isna().all()]
+  constant = {c: table[c].iloc[0] for c in table.columns
+              if c not in empty and table[c].notna().all() and table[c].astype(str).nunique() == 1}
+  return table.drop(columns=empty + list(constant)), constant
+
+
+def _cell(value) -> str:
+  """A constant column's value as the table would show it ('' for an empty string)."""
+  if isinstance(value, float):
+    return f"{value:.4g}"
+  return "''" if value == "" else str(value)
+
+
+def _table_html(table: pd.DataFrame) -> str:
+  """A sortable HTML table of the varying columns, the constant ones said once above it."""
+  varying, constant = split_constant_columns(table)
+  same = ("<p class='constants'>Same in every row: " + ", ".join(
+      f"{html.escape(str(k))} = {html.escape(_cell(v))}"
+      for k, v in constant.items()) + "</p>") if constant else ""
+  return same + varying.to_html(index=False, float_format="{:.4g}".format, na_rep="",
+                                classes="sortable")
+
+
+def training_mix_note(frame: pd.DataFrame) -> str:
+  """One sentence on the training data where passkey documents are part of it (else "")."""
+  if "train_passkey_fraction" not in frame:
+    return ""
+  runs = frame.drop_duplicates("run")
+  shares = sorted({float(x) for x in runs["train_passkey_fraction"].dropna() if float(x) > 0})
+  if not shares:
+    return ""
+  share = " to ".join(f"{100 * x:g}%" for x in (shares[:1] + shares[-1:] if len(shares) > 1
+                                                 else shares))
+  return (f"Training data: {share} of the training windows are synthetic passkey documents "
+          "(data.passkey.fraction), the rest text: final_train_loss is over that mix, "
+          "final_val_loss and the perplexities are on held-out text only.")
+
+
 def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
   """The HTML page of a results table and the ids of the figures it embeds.
 
@@ -120,14 +165,18 @@ def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
       else pd.DataFrame()
   parts.append("<h2 id='summary'>Summary (mean and sample std over seeds; click a header to "
                "sort)</h2>")
-  parts.append(summary.to_html(index=False, float_format="{:.4g}".format, na_rep="",
-                               classes="sortable") if not summary.empty else
+  mix = training_mix_note(frame)
+  if mix:
+    parts.append(f"<p class='training-mix'>{html.escape(mix)}</p>")
+  parts.append(_table_html(summary) if not summary.empty else
                "<p>No perplexity or passkey results.</p>")
-  run_cols = [c for c in ("run", "scheme", "seed", "train_len", "task", "num_params", "parent",
-                          "final_step", "final_train_loss", "final_val_loss") if c in frame]
+  run_cols = [c for c in ("run", "scheme", "seed", "train_len", "task", "train_passkey_fraction",
+                          "num_params", "parent", "final_step", "final_train_loss",
+                          "final_val_loss") if c in frame]
   parts.append("<h2 id='runs'>Runs</h2>")
-  parts.append(frame.drop_duplicates("run")[run_cols].to_html(
-      index=False, float_format="{:.4g}".format, na_rep="", classes="sortable"))
+  if mix:
+    parts.append(f"<p class='training-mix'>{html.escape(mix)}</p>")
+  parts.append(_table_html(frame.drop_duplicates("run")[run_cols]))
   parts.append(SORT_SCRIPT + "</body></html>")
   return "\n".join(parts), [i for i, _, _ in figures]
 

@@ -171,6 +171,21 @@ def test_one_colour_per_scheme_and_readable_log_ticks(study):
   assert labels and all(float(x) > 0 for x in labels)
 
 
+def test_report_tables_say_constant_columns_once_and_the_training_mix():
+  table = pd.DataFrame({"scheme": ["rope", "alibi"], "train_len": [256, 256],
+                        "ppl_1x_mean": [5.3, 5.6], "extension_factor": [None, None]})
+  varying, constant = report.split_constant_columns(table)
+  assert list(varying.columns) == ["scheme", "ppl_1x_mean"] and constant == {"train_len": 256}
+  assert report.split_constant_columns(table.iloc[:1])[0].shape == (1, 4)  # one row: kept whole
+  page = report._table_html(table)
+  assert page.startswith("<p class='constants'>Same in every row: train_len = 256</p>")
+  runs = pd.DataFrame({"run": ["a", "a", "b"], "train_passkey_fraction": [0.75, 0.75, 0.75]})
+  assert report.training_mix_note(runs).startswith(
+      "Training data: 75% of the training windows are synthetic passkey documents")
+  assert report.training_mix_note(runs.assign(train_passkey_fraction=0.0)) == ""
+  assert report.training_mix_note(pd.DataFrame({"run": ["a"]})) == ""  # older tables
+
+
 def test_every_registered_scheme_has_its_own_style():
   """No two registered schemes share a (colour, line style) pair or a marker, and no scheme is
   drawn in the grey/black of the train_len markers."""
