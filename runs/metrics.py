@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from tensorboardX import SummaryWriter
 from tensorboardX.summary import hparams as tensorboard_hparams
 
+from configs.errors import flatten
 from eval import plots
 from eval.files import atomic_write
 
@@ -91,17 +92,8 @@ HPARAM_METRICS = ("loss", "val_loss")
 def hparams(config) -> dict[str, int | float | str | bool]:
   """The config as TensorBoard hyperparameters: {"model.position.kind": "rope", ...}, one entry
   per leaf field; tuples and None become their repr (TensorBoard takes numbers, text, booleans)."""
-  flat = {}
-
-  def walk(prefix: str, node: dict) -> None:
-    for key, value in node.items():
-      if isinstance(value, dict):
-        walk(f"{prefix}{key}.", value)
-      else:
-        flat[prefix + key] = value if isinstance(value, (bool, int, float, str)) else repr(value)
-
-  walk("", config.to_dict())
-  return flat
+  return {k: v if isinstance(v, (bool, int, float, str)) else repr(v)
+          for k, v in flatten(config.to_dict()).items()}
 
 
 class MetricsWriter:
@@ -127,8 +119,8 @@ class MetricsWriter:
     if not self.chief:
       return
     self._workdir = workdir
-    self._title = (f"{config.model.position.kind}: {os.path.basename(os.path.abspath(workdir))}"
-                   if config is not None else os.path.basename(os.path.abspath(workdir)))
+    name = os.path.basename(os.path.abspath(workdir))
+    self._title = f"{config.model.position.kind}: {name}" if config is not None else name
     path = os.path.join(workdir, METRICS_FILE)
     if resumed_from is not None:
       truncate_metrics(path, resumed_from)

@@ -132,8 +132,7 @@ def training_mix_note(frame: pd.DataFrame) -> str:
   shares = sorted({float(x) for x in runs["train_passkey_fraction"].dropna() if float(x) > 0})
   if not shares:
     return ""
-  share = " to ".join(f"{100 * x:g}%" for x in (shares[:1] + shares[-1:] if len(shares) > 1
-                                                 else shares))
+  share = " to ".join(f"{100 * x:g}%" for x in sorted({shares[0], shares[-1]}))
   return (f"Training data: {share} of the training windows are synthetic passkey documents "
           "(data.passkey.fraction), the rest text: final_train_loss is over that mix, "
           "final_val_loss and the perplexities are on held-out text only.")
