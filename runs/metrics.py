@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -124,9 +125,12 @@ class MetricsWriter:
     path = os.path.join(workdir, METRICS_FILE)
     if resumed_from is not None:
       truncate_metrics(path, resumed_from)
+    # tensorboardX names event files by the second they are opened in; a suffix in nanoseconds
+    # keeps a resume started within the same second from overwriting the earlier start's file.
     self._writer = SummaryWriter(
         os.path.join(workdir, "tensorboard"),
-        purge_step=None if resumed_from is None else resumed_from + 1)
+        purge_step=None if resumed_from is None else resumed_from + 1,
+        filename_suffix=f".{time.time_ns()}")
     if config is not None and resumed_from is None:
       self._writer.add_text("config", "```\n" + config.to_json(indent=2) + "\n```", 0)
       for summary in tensorboard_hparams(hparams(config), {m: 0.0 for m in HPARAM_METRICS}):

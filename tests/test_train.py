@@ -434,3 +434,20 @@ def test_passkey_runs_log_the_loss_of_the_answer_digits(text_corpus, tmp_path, c
   assert count == 5 * data_inputs.PASSKEY_ANSWER_DOCUMENTS
   assert answer[2] == pytest.approx(total / count, rel=1e-6)
   assert 1.0 < answer[2] < 8.0  # an untrained model: near ln(259 ids), not yet ln(10)
+
+
+def test_a_resume_within_the_same_second_keeps_the_first_starts_events(tmp_path):
+  """tensorboardX names event files by the second; two starts in one second must not share one."""
+  from runs.metrics import MetricsWriter
+  config = tiny_config("unused/*.txt", "learned")
+  first = MetricsWriter(str(tmp_path), None, config)
+  first.log({"step": 1, "loss": 2.0})
+  first.close()
+  second = MetricsWriter(str(tmp_path), 1, config)
+  second.log({"step": 2, "loss": 1.5})
+  second.close()
+  assert len(os.listdir(tmp_path / "tensorboard")) == 2
+  events = tensorboard_events(tmp_path)
+  tags = [v.tag for e in events for v in e.summary.value]
+  assert tags.count("config/text_summary") == 1
+  assert [e.step for e in events if any(v.tag == "loss" for v in e.summary.value)] == [1, 2]
