@@ -29,7 +29,7 @@ from eval.suites import Context
 from models import sharding
 from models.spec import (ModelSpec, abstract_with_shardings, init_params, measure_peak_flops,
                          train_flops_per_token)
-from runs import distributed, memory, warm_start, workdir as run_dir
+from runs import distributed, memory, wandb_log, warm_start, workdir as run_dir
 from runs.checkpoint import TrainCheckpoints
 from runs.distributed import Preemption, chief_print
 from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
@@ -260,13 +260,15 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     "val_passkey_answer_nll" for a passkey run}; {"step", "preempted": True} after SIGTERM.
 
   Raises:
-    ConfigError: bad config field, workdir, mesh or data, before anything is compiled; a
-      training step that does not fit in memory (runs/memory.py), before the workdir is made.
+    ConfigError: bad config field, workdir, mesh or data (or train.wandb_project without the
+      wandb package), before anything is compiled; a training step that does not fit in memory
+      (runs/memory.py), before the workdir is made.
     NonFiniteLossError: see `train_loop`.
   """
   # --- pre-flight: every check, then the compiled step's memory, before the workdir is made
   devices = jax.devices() if devices is None else list(devices)
   validate(config, len(devices))
+  wandb_log.check_installed(config)  # train.wandb_project needs the `wandb` extra
   run_dir.check_workdir(workdir)
   mesh = sharding.make_mesh(config.mesh, devices)
   tokenizer = get_tokenizer(config.data.tokenizer)

@@ -119,7 +119,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.b2 = 0.95  # AdamW beta2.
   c.train.weight_decay = 0.1  # decoupled weight decay, matrices only (ndim >= 2).
   c.train.grad_clip = 1.0  # global-norm gradient clipping; 0 disables.
-  c.train.log_every_steps = 10  # metrics.jsonl / TensorBoard / progress-bar interval, steps.
+  c.train.log_every_steps = 10  # metrics.jsonl / TensorBoard / W&B / progress-bar interval, steps.
+  # Weights & Biases (runs/wandb_log.py; pip install -e '.[wandb]'): the same scalars at the same
+  # steps and the flattened config, process 0 only; one W&B run per workdir (resumed by reruns).
+  c.train.wandb_project = ""  # W&B project to log to; "" = no W&B logging.
+  c.train.wandb_entity = ""  # W&B entity (user or team); "" = your default entity.
+  c.train.wandb_mode = ""  # "online" | "offline" | "disabled"; "" = $WANDB_MODE, else "online".
   c.train.eval_every_steps = 200  # validation loss at train_len interval, steps; 0 = only at the end.
   c.train.eval_tokens = 32768  # tokens scored per validation (held-out document prefixes).
   c.train.checkpoint_every_steps = 500  # periodic checkpoint interval, steps (a final one always).

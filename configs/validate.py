@@ -17,6 +17,7 @@ from eval import suites as suites_registry
 from models import extensions, position_transforms, positions
 from models.positions.base import KERNEL_BLOCK_FIELDS
 from models.spec import model_spec
+from runs import wandb_log
 
 DTYPES = ("float32", "bfloat16")
 ACTIVATIONS = ("gelu", "swiglu")
@@ -120,6 +121,7 @@ def validate(config, num_devices: int) -> None:
                       f"own limit); got {cap!r}")
   if t.eval_every_steps < 0:
     raise ConfigError(f"train.eval_every_steps must be >= 0; got {t.eval_every_steps}")
+  wandb_log.check_config(config)  # train.wandb_project / wandb_entity / wandb_mode
   if not 0 <= config.data.validation_fraction < 1 or not 0 <= config.data.test_fraction < 1:
     raise ConfigError("data.validation_fraction and data.test_fraction must lie in [0, 1)")
   if config.eval.split == "validation" and config.data.validation_fraction <= 0:

@@ -9,5 +9,6 @@ and the notebooks read and write runs through this package only:
   checkpoint.py   the Orbax manager, restore_latest with fallback, params-only restore
   metrics.py      metrics.jsonl + TensorBoard + training_curves.png (chief only), truncation on
                   resume, token units
+  wandb_log.py    optional Weights & Biases logging of the same records (train.wandb_project)
   distributed.py  jax.distributed start-up, chief-only printing, the multi-process flags
 """

@@ -1,6 +1,7 @@
-"""Training metrics of a run: `metrics.jsonl` (one JSON record a line) and TensorBoard, both
-written by process 0 only; on resume the lines logged after the restored step are dropped (they
-are computed again). (The unit of a run's losses is `data.inputs.token_unit`.)"""
+"""Training metrics of a run: `metrics.jsonl` (one JSON record a line), TensorBoard and, with
+`train.wandb_project`, Weights & Biases (runs/wandb_log.py), all written by process 0 only; on
+resume the lines logged after the restored step are dropped (they are computed again). (The unit
+of a run's losses is `data.inputs.token_unit`.)"""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tensorboardX.summary import hparams as tensorboard_hparams
 from configs.errors import flatten
 from eval import plots
 from eval.files import atomic_write
+from runs import wandb_log
 
 METRICS_FILE = "metrics.jsonl"
 TRAINING_CURVES_FILE = "training_curves.png"
@@ -98,18 +100,28 @@ def hparams(config) -> dict[str, int | float | str | bool]:
 
 
 class MetricsWriter:
-  """Appends records to `<workdir>/metrics.jsonl` and TensorBoard scalars (process 0 only).
+  """Appends records to `<workdir>/metrics.jsonl`, TensorBoard scalars and, when the config sets
+  `train.wandb_project`, the workdir's W&B run (process 0 only).
 
   A fresh run also writes the config to TensorBoard: as text (tag `config`, the JSON) and as
   hyperparameters (the HPARAMS tab, with `HPARAM_METRICS`). A resumed run writes a purge marker
   at `resumed_from + 1` (tensorboardX `purge_step`), so TensorBoard drops the scalars logged
   after the restored checkpoint, as `metrics.jsonl` does.
 
+  With `train.wandb_project`, every start opens the workdir's W&B run (runs/wandb_log.py: one
+  run id per workdir, resumed by later starts), logs the config to it, flattened as the
+  hyperparameters are, and logs each record there too, at its step.
+
   Args:
     workdir: the run's folder (exists).
     resumed_from: the step a resume restored, or None for a fresh run; lines logged after it
       are dropped first.
-    config: the run's ConfigDict (written to TensorBoard by a fresh run), or None.
+    config: the run's ConfigDict (written to TensorBoard by a fresh run, to W&B by every start),
+      or None.
+
+  Raises:
+    ConfigError: train.wandb_project is set and the wandb package is not installed (train.py's
+      pre-flight says so before compilation: wandb_log.check_installed).
 
   `close` draws the training curves of the whole run (this start and the ones before it) into
   `<workdir>/training_curves.png` (eval.plots.plot_training_curves).
@@ -136,6 +148,8 @@ class MetricsWriter:
       for summary in tensorboard_hparams(hparams(config), {m: 0.0 for m in HPARAM_METRICS}):
         self._writer.file_writer.add_summary(summary)
     self._file = open(path, "a")
+    self._wandb = (wandb_log.WandbRun(workdir, config, hparams(config))
+                   if config is not None and wandb_log.enabled(config) else None)
 
   def log(self, record: dict) -> None:
     """Writes one record {"step": int, name: float or None, ...} (None: not a TensorBoard
@@ -148,12 +162,17 @@ class MetricsWriter:
       if k != "step" and v is not None:
         self._writer.add_scalar(k, v, record["step"])
     self._writer.flush()
+    if self._wandb is not None:
+      self._wandb.log(record)
 
   def close(self) -> None:
-    """Closes the file and the TensorBoard writer, then writes training_curves.png (idempotent)."""
+    """Closes the file, the TensorBoard writer and the W&B run, then writes training_curves.png
+    (idempotent)."""
     if self.chief and not self._file.closed:
       self._writer.close()
       self._file.close()
+      if self._wandb is not None:
+        self._wandb.close()
       plots.plot_training_curves(read_metrics(self._workdir),
                                  os.path.join(self._workdir, TRAINING_CURVES_FILE), self._title)
 
