@@ -307,7 +307,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
   def validate_fn(step: int, params) -> dict:
     record = {"step": step, **perplexity.score_validation(
-        nll_fn, params, inputs.validation, batch_tokens=config.eval.batch_tokens, mesh=mesh)}
+        nll_fn, params, inputs.validation, batch_tokens=config.eval.batch_tokens, mesh=mesh,
+        tokenizer=tokenizer)}
     writer.log(record)
     return record
 
@@ -321,7 +322,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   # --- final validation, then the suites on the model as trained
   final = validate_fn(step, state["params"])
   writer.close()
-  chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits)")
+  chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits/byte)")
   ctx = Context(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
                 extra={"final_validation_loss": final["val_loss"]})
   results = {}

@@ -8,7 +8,9 @@
                                 `python -m data.prepare --tokenizer=sentencepiece:VOCAB` trains.
 
 Both have the same interface: `vocab_size`, `bos_id`, `eos_id`, `pad_id`, `encode(text)` ->
-int32 ids, `decode_bytes(ids)` -> bytes (special ids dropped), `decode(ids)` -> str.
+int32 ids, `decode_bytes(ids)` -> bytes (special ids dropped), `decode(ids)` -> str, and
+`byte_lengths` (the UTF-8 bytes each id stands for: bits per byte of scored tokens,
+eval/perplexity.py `scored_bytes`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ class ByteTokenizer:
   def vocab_size(self) -> int:
     """Number of token ids (259): 256 byte values + BOS + EOS + PAD."""
     return 259
+
+  @property
+  def byte_lengths(self) -> np.ndarray:
+    """int64 [vocab_size]: the bytes of text each id stands for: 1 for ids 0..255, 0 for BOS,
+    EOS and PAD."""
+    return np.r_[np.ones(256, np.int64), np.zeros(3, np.int64)]
 
   def encode(self, text: str | bytes) -> np.ndarray:
     """Encodes text to ids.
@@ -148,6 +156,14 @@ class SentencePieceTokenizer:
       if 0 <= i < sp.get_piece_size():
         self._special[i] = True
     self._space_ids = [int(self._byte_id[b]) for b in SP_SPACE.encode("utf-8")]
+    lengths = np.zeros(sp.get_piece_size(), np.int64)  # `byte_lengths`
+    for i in range(sp.get_piece_size()):
+      if self._id_byte[i] >= 0:
+        lengths[i] = 1
+      elif not (self._special[i] or sp.is_control(i)):  # unknown: the text it decodes to
+        piece = sp.decode([i]) if sp.is_unknown(i) else sp.id_to_piece(i).replace(SP_SPACE, " ")
+        lengths[i] = len(piece.encode("utf-8"))
+    self._byte_lengths = lengths
 
   def __getstate__(self):  # picklable (grain / multiprocessing workers): the model's bytes
     return {"model_path": self.model_path, "proto": self._proto}
@@ -169,6 +185,14 @@ class SentencePieceTokenizer:
   def vocab_size(self) -> int:
     """Number of token ids (the model's pieces, special and byte pieces included)."""
     return self._sp.get_piece_size()
+
+  @property
+  def byte_lengths(self) -> np.ndarray:
+    """int64 [vocab_size]: the UTF-8 bytes of text each id stands for: 1 for a byte piece
+    `<0x..>`, the piece's text (U+2581 as the space it decodes to) for the others, 0 for BOS,
+    EOS, PAD and control pieces. For the lossless models of data.prepare,
+    `byte_lengths[encode(text)].sum() == len(text.encode())`."""
+    return self._byte_lengths
 
   def encode(self, text: str | bytes) -> np.ndarray:
     """Encodes text to ids, without BOS/EOS.

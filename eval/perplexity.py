@@ -31,8 +31,13 @@ ones when absent), in one jitted pass that returns per-position sums: the NLL is
 scored tokens (token-weighted across documents), and the same pass gives the loss by token
 position (the position index 0..L-1 within the window, i.e. position + 1 context tokens), which
 is reported in log-spaced bins (`position_bin_edges`). With sliding and S < L, positions below
-L - S are scored only in each document's first window. With the byte tokenizer one token is one
-byte, so the mean NLL is in nats per byte and bits per byte = NLL / ln 2.
+L - S are scored only in each document's first window.
+
+Units: the NLL is the mean over scored tokens, nats per token (per byte with the byte
+tokenizer). Bits per byte divide the summed NLL by the bytes of text the scored tokens stand
+for (`scored_bytes`: the tokenizer's `byte_lengths` of the scored targets) and by ln 2, so they
+compare across tokenizers: NLL / ln 2 with the byte tokenizer, (nats per token x tokens /
+bytes) / ln 2 under SentencePiece.
 """
 
 from __future__ import annotations
@@ -221,6 +226,26 @@ def score_windows_by_position(nll_fn: Callable, params, windows: dict[str, np.nd
   return WindowScores(position_nll, position_tokens)
 
 
+def scored_bytes(windows: dict[str, np.ndarray], tokenizer) -> int:
+  """The bytes of text the scored targets of `windows` stand for (the denominator of bits per
+  byte): the tokenizer's `byte_lengths` of every target, weighted by `weights` (0 = not scored;
+  all scored when absent). Equals the tokens scored with the byte tokenizer.
+
+  Args:
+    windows: int32 [n, L] targets (+ float32 [n, L] weights), as `score_windows` takes.
+    tokenizer: the tokenizer the windows were made with (data/tokenizers.py).
+  """
+  targets = np.asarray(windows["targets"])
+  lengths = tokenizer.byte_lengths[targets]
+  weights = windows.get("weights")
+  return int(round(float((lengths * (1.0 if weights is None else np.asarray(weights))).sum())))
+
+
+def bits_per_byte(nll_sum: float, num_bytes: int) -> float | None:
+  """Bits per byte of a summed NLL (nats) over `num_bytes` bytes of text; None without bytes."""
+  return nll_sum / num_bytes / math.log(2) if num_bytes else None
+
+
 def score_windows(nll_fn: Callable, params, windows: dict[str, np.ndarray], *, batch_size: int,
                   mesh, desc: str | None = None) -> tuple[float, int]:
   """Sums the NLL over all scored tokens of all windows (see `score_windows_by_position`).
@@ -390,7 +415,7 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
   Args:
     nll_fn: from `make_nll_fn`; params: parameter pure dict.
     docs: held-out documents.
-    tokenizer: the byte tokenizer.
+    tokenizer: the tokenizer of the run (byte or SentencePiece).
     lengths: evaluation lengths, tokens.
     max_tokens_per_length: scoring budget per length, tokens (0 = every window of every
       document); the budget is split evenly over documents and taken from their starts, so every
@@ -410,9 +435,10 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
 
   Returns:
     One dict per length: length, stride (tokens; = length for non_overlapping), windows,
-    documents (that contributed a window), tokens (scored), nll (nats per token), ppl,
-    bits_per_byte [, loss_by_position]. Lengths longer than every document, or skipped, give
-    tokens = 0 and nll = None.
+    documents (that contributed a window), tokens (scored), bytes (of text those tokens stand
+    for, `scored_bytes`), nll (nats per token), ppl (per token), bits_per_byte (the summed NLL
+    / bytes / ln 2) [, loss_by_position]. Lengths longer than every document, or skipped, give
+    tokens = bytes = 0 and nll = None.
 
   Raises:
     ConfigError: unknown protocol, or a stride outside [0, length] (see `resolve_stride`); or
@@ -440,7 +466,7 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
         windows = None
     if windows is None:
       row = {"length": int(length), "stride": None, "windows": 0, "documents": 0, "tokens": 0,
-             "nll": None, "ppl": None, "bits_per_byte": None, "skipped": reason}
+             "bytes": 0, "nll": None, "ppl": None, "bits_per_byte": None, "skipped": reason}
       if position_bins is not None:
         row["loss_by_position"] = []
       rows.append(row)
@@ -449,15 +475,17 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
                                        batch_size=batch_tokens // length, mesh=mesh)
     count = scores.tokens
     nll = scores.nll_sum / count if count else None
+    num_bytes = scored_bytes(windows, tokenizer) if count else 0
     row = {
         "length": int(length),
         "stride": resolve_stride(length, protocol, stride),
         "windows": int(windows["inputs"].shape[0]),
         "documents": sum(len(tokenizer.encode(d.data)) >= length for d in docs) if count else 0,
         "tokens": count,
+        "bytes": num_bytes,
         "nll": nll,
         "ppl": math.exp(nll) if nll is not None else None,
-        "bits_per_byte": nll / math.log(2) if nll is not None else None,
+        "bits_per_byte": bits_per_byte(scores.nll_sum, num_bytes) if count else None,
     }
     if position_bins is not None:
       row["loss_by_position"] = loss_by_position(scores, position_bins)
@@ -476,15 +504,17 @@ def unigram_entropy(docs: Sequence[Document]) -> float:
   return float(-(p * np.log(p)).sum())
 
 
-__all__ = ["PROTOCOLS", "WindowScores", "check_lengths", "evaluation_windows", "loss_by_position",
-           "make_nll_fn", "position_bin_edges", "ppl_vs_length", "resolve_stride", "score_windows",
-           "score_windows_by_position", "token_nll", "unigram_entropy"]
+__all__ = ["PROTOCOLS", "WindowScores", "bits_per_byte", "check_lengths", "evaluation_windows",
+           "loss_by_position", "make_nll_fn", "position_bin_edges", "ppl_vs_length",
+           "resolve_stride", "score_windows", "score_windows_by_position", "scored_bytes",
+           "token_nll", "unigram_entropy"]
 
 
 def score_validation(nll_fn: Callable, params, validation: dict[str, dict[str, np.ndarray]], *,
-                     batch_tokens: int, mesh) -> dict[str, float]:
+                     batch_tokens: int, mesh, tokenizer) -> dict[str, float]:
   """Mean NLL of every named validation set (data.inputs.Inputs.validation), nats per weighted
-  target, and `val_bits_per_byte` (val_loss / ln 2; bits per token under SentencePiece).
+  target, and `val_bits_per_byte`: val_loss's summed NLL / the bytes its scored targets stand
+  for (`scored_bytes`) / ln 2 (val_loss / ln 2 with the byte tokenizer).
 
   Args:
     nll_fn: `make_nll_fn`'s function; params: the parameter pure dict.
@@ -492,6 +522,7 @@ def score_validation(nll_fn: Callable, params, validation: dict[str, dict[str, n
       (+ float32 weights)}.
     batch_tokens: tokens per forward batch (eval.batch_tokens; at least one window);
     mesh: the device mesh.
+    tokenizer: the tokenizer the windows were made with (its `byte_lengths`).
   """
   record = {}
   for name, windows in validation.items():
@@ -499,5 +530,5 @@ def score_validation(nll_fn: Callable, params, validation: dict[str, dict[str, n
     total, count = score_windows(nll_fn, params, windows, batch_size=batch_size, mesh=mesh)
     record[name] = total / count
     if name == "val_loss":
-      record["val_bits_per_byte"] = total / count / math.log(2)
+      record["val_bits_per_byte"] = bits_per_byte(total, scored_bytes(windows, tokenizer))
   return record

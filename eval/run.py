@@ -31,10 +31,11 @@ from configs import base
 from configs.errors import (OVERRIDE_ERRORS, ConfigError, exit_bad_override, mesh_shape,
                             parse_flags)
 from configs.validate import eval_extensions, preflight, validate
-from data.inputs import load_splits, token_unit
+from data.inputs import load_splits
 from data.tokenizers import get_tokenizer
 from eval import perplexity, plots
 from eval.suites import Context
+from eval.suites import perplexity as perplexity_suite
 from models import extensions, sharding
 from runs import distributed
 from runs.checkpoint import restore_params
@@ -219,13 +220,12 @@ def main(argv):
     sys.exit(2)
   if jax.process_index() != 0:
     return  # process 0 wrote the results and reports them
-  unit = token_unit(FLAGS.config)
   for name, result in results.items():
     print(f"{name}:")
     for row in result.get("rows", []):
       if result["suite"] == "ppl_vs_length" and row.get("nll") is not None:
         print(f"  length {row['length']:>6}: ppl {row['ppl']:.4f}, "
-              f"{row['bits_per_byte']:.4f} bits/{unit} ({row['tokens']} tokens)")
+              f"{perplexity_suite.describe_bits(result, row)}")
       elif result["suite"] == "attention" and not row.get("skipped"):
         print(f"  length {row['length']:>6}: attention entropy {row['entropy']:.3f} nats "
               f"(uniform {row['entropy_uniform']:.3f}), sink mass {row['sink_mass']:.3f}")

@@ -14,8 +14,10 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
       (`cfg.<dotted field>`), the final losses, then per result suite, extension,
       extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file and
       per length:
-        ppl_vs_length     length, multiplier, nll (nats/token), ppl, bits_per_byte, tokens,
-                          windows, window_stride (tokens), skipped (the reason, if skipped)
+        ppl_vs_length     length, multiplier, nll (nats/token), ppl, bits_per_byte (summed
+                          NLL / bytes / ln 2; empty for SentencePiece results written before
+                          rows counted bytes), tokens, bytes (of text the scored tokens stand
+                          for), windows, window_stride (tokens), skipped (the reason, if skipped)
         loss_by_position  length, multiplier, nll, tokens, detail = JSON list of the position
                           bins ({start, end, nll, tokens}; end exclusive)
         passkey / needle  length, multiplier, accuracy, correct, prompts, skipped,

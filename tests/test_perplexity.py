@@ -2,6 +2,7 @@
 token of the document prefixes once, with the most context; stride = length is non-overlapping;
 the loss by position (same pass) adds up to the perplexity. A random-init tiny model suffices."""
 
+import glob
 import json
 import os
 import math
@@ -275,3 +276,68 @@ def test_result_files_get_the_umask_permissions_and_no_temporary_is_left(tmp_pat
     atomic_write(str(tmp_path / "r.json"), fail)
   assert json.load(open(tmp_path / "r.json")) == {"a": 1}
   assert os.listdir(tmp_path) == ["r.json"]
+
+
+def test_bits_per_byte_divide_by_the_bytes_of_the_scored_text_under_sentencepiece(
+    text_corpus, tmp_path):
+  """Under SentencePiece the NLL is per token; bits per byte are (nats per token x tokens /
+  bytes of the scored text) / ln 2 (one token is several bytes), for ppl_vs_length rows and
+  val_bits_per_byte alike; with the byte tokenizer they stay NLL / ln 2."""
+  from data import prepare
+  from eval.suites import perplexity as perplexity_suite
+  texts = [open(p, encoding="utf-8").read() for p in sorted(glob.glob(text_corpus))]
+  model_path = tmp_path / "tiny.model"
+  model_path.write_bytes(prepare.train_sentencepiece(iter(texts), 1000))
+  sp = get_tokenizer(f"sentencepiece:{model_path}")
+  docs = [Document(f"d{i}", t.encode()) for i, t in enumerate(texts[:3])]
+  c = tiny_config(text_corpus)
+  c.model.vocab_size = sp.vocab_size
+  c.model.init_std = 0.3
+  mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
+  spec = specs.model_spec(c, mesh)
+  params = specs.init_params(c, spec)
+  nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
+  length, stride, budget = 32, 8, 96
+
+  def text_bytes(tokenizer, scored):  # the scored prefix of each document, decoded
+    return sum(len(tokenizer.decode_bytes(tokenizer.encode(d.data)[:scored(d, tokenizer)]))
+               for d in docs)
+
+  for protocol, scored in (
+      ("non_overlapping", lambda d, t: min(len(t.encode(d.data)) // length,
+                                           -(-budget // length)) * length),
+      ("sliding", lambda d, t: sliding_scored(len(t.encode(d.data)), length, stride, budget))):
+    for tokenizer in (sp, TOK):  # byte ids (< 259) are ids of the 1000-id model too
+      [row] = perplexity.ppl_vs_length(nll_fn, params, docs, tokenizer, [length],
+                                       max_tokens_per_length=budget * len(docs),
+                                       batch_tokens=BATCH_TOKENS, mesh=mesh, protocol=protocol,
+                                       stride=stride)
+      num_bytes = text_bytes(tokenizer, scored)
+      assert row["tokens"] == sum(scored(d, tokenizer) for d in docs)
+      assert row["bytes"] == num_bytes
+      assert row["bits_per_byte"] == pytest.approx(
+          row["nll"] * row["tokens"] / num_bytes / math.log(2), rel=1e-6)
+      if tokenizer is TOK:
+        assert num_bytes == row["tokens"] and row["bits_per_byte"] == row["nll"] / math.log(2)
+      else:  # 2.23 bytes per token: NLL / ln 2 (bits per token) would read 2.23x too high
+        assert 2.0 < num_bytes / row["tokens"] < 4.0
+        assert row["bits_per_byte"] < 0.5 * row["nll"] / math.log(2)
+        line = perplexity_suite.describe_bits({"unit": "nats per token"}, row)
+        assert line.startswith(f"{row['bits_per_byte']:.4f} bits/byte ({row['tokens']} tokens, "
+                               f"{num_bytes} bytes: ")
+
+  # Validation (metrics.jsonl's val_bits_per_byte): the same conversion on its windows.
+  windows = pipeline.document_windows(docs, sp, length, 64)
+  record = perplexity.score_validation(nll_fn, params, {"val_loss": windows},
+                                       batch_tokens=BATCH_TOKENS, mesh=mesh, tokenizer=sp)
+  tokens = windows["targets"].size
+  num_bytes = sum(len(sp.decode_bytes(row)) for row in windows["targets"])
+  assert num_bytes == perplexity.scored_bytes(windows, sp) and num_bytes > 2 * tokens
+  assert record["val_bits_per_byte"] == pytest.approx(
+      record["val_loss"] * tokens / num_bytes / math.log(2), rel=1e-6)
+
+  # Results written before rows counted bytes: a SentencePiece row's NLL / ln 2 was bits per
+  # token, so the collected table leaves bits_per_byte empty; byte-level rows keep theirs.
+  old = {"length": 32, "nll": 2.0, "bits_per_byte": 2.0 / math.log(2), "tokens": 10}
+  assert perplexity_suite.bits_per_byte({"unit": "nats per token"}, old) is None
+  assert perplexity_suite.bits_per_byte({"unit": "nats per byte"}, old) == 2.0 / math.log(2)

@@ -24,6 +24,26 @@ from runs import memory
 from runs.workdir import config_hash
 
 
+def bits_per_byte(result: dict, row: dict) -> float | None:
+  """A ppl_vs_length row's bits per byte, or None where the file does not give it: rows written
+  before they counted their bytes hold NLL / ln 2, which is bits per byte only when the unit is
+  nats per byte (the byte tokenizer; under SentencePiece it was bits per token)."""
+  if "bytes" in row or result.get("unit", "nats per byte") == "nats per byte":
+    return row.get("bits_per_byte")
+  return None
+
+
+def describe_bits(result: dict, row: dict) -> str:
+  """One line on a row's bits per byte: "2.5301 bits/byte (65536 tokens)", with the bytes and
+  bytes per token where a token is not a byte (SentencePiece)."""
+  value = bits_per_byte(result, row)
+  text = f"{value:.4f} bits/byte" if value is not None else "bits/byte not recorded"
+  tokens, num_bytes = row.get("tokens"), row.get("bytes")
+  if num_bytes and num_bytes != tokens:
+    return f"{text} ({tokens} tokens, {num_bytes} bytes: {num_bytes / tokens:.3f} bytes/token)"
+  return f"{text} ({tokens} tokens)"
+
+
 class Perplexity(Suite):
   """ppl_vs_length + loss_by_position (module docstring)."""
 
@@ -92,13 +112,11 @@ class Perplexity(Suite):
   def summary(self, result: dict) -> list[str]:
     if result["suite"] != "ppl_vs_length":
       return []
-    unit = result.get("unit", "nats per byte").split()[-1]
     lines = [f"unigram byte entropy of the corpus: {result['unigram_entropy_nats']:.4f} nats"]
     for row in result["rows"]:
       if row["nll"] is not None:
         lines.append(f"ppl at {row['length']:>6} tokens ({row['multiplier']:g}x train_len): "
-                     f"{row['ppl']:.4f}, {row['bits_per_byte']:.4f} bits/{unit} "
-                     f"({row['tokens']} tokens)")
+                     f"{row['ppl']:.4f}, {describe_bits(result, row)}")
     return lines
 
   def rows(self, result: dict, train_len: int) -> list[dict]:
@@ -107,7 +125,7 @@ class Perplexity(Suite):
                "tokens": r.get("tokens"), "window_stride": r.get("stride"),
                "detail": json.dumps(r.get("bins", []))} for r in result.get("rows", [])]
     return [{"length": r["length"], "multiplier": multiplier(r, train_len), "nll": r.get("nll"),
-             "ppl": r.get("ppl"), "bits_per_byte": r.get("bits_per_byte"),
-             "tokens": r.get("tokens"), "windows": r.get("windows"),
+             "ppl": r.get("ppl"), "bits_per_byte": bits_per_byte(result, r),
+             "tokens": r.get("tokens"), "bytes": r.get("bytes"), "windows": r.get("windows"),
              "window_stride": r.get("stride"), "skipped": r.get("skipped")}
             for r in result.get("rows", [])]
