@@ -39,6 +39,12 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
       validation loss: `<metric>_mean` and `<metric>_std` (sample std, NaN for one run), and
       `runs`, the number of runs averaged. Passkey values belong to an extension and factor, not
       to a protocol: they appear on every protocol's row.
+
+A folder of result files instead (no run folder: result JSONs lying in the folder itself, named
+`<run>_<suite><suffix>.json` when copied out of runs' eval/ folders, e.g. results/passkey_tiny/)
+is collected too (`result_file_runs`): each `<run>` prefix is one run, and what a result file
+records of its run (scheme, train_len; step per row) is all that is known of it, so the other
+run columns are empty.
 """
 
 from __future__ import annotations
@@ -80,10 +86,41 @@ def run_dirs(study_dir: str) -> list[str]:
                 if os.path.isfile(os.path.join(study_dir, n, "config.json")))
 
 
-def final_metrics(workdir: str) -> dict[str, Any]:
-  """The last logged step, training loss and validation loss of metrics.jsonl (None if absent)."""
+def result_file_runs(folder: str, skipped: list[str] | None = None
+                     ) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+  """The result JSONs lying directly in `folder`, by run: {run: [(file name, result), ...]}.
+
+  A file `<run>_<suite><suffix>.json` (the run's eval/<suite><suffix>.json with the run's name
+  in front; `suite` is the one the file records) belongs to run `<run>`; a file named after its
+  suite alone (`passkey.json`: a copied eval/ folder) to a run named after `folder`. Files that
+  are not JSON objects with a `suite` are left out, and their names appended to `skipped`.
+  """
+  runs: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+  for name in sorted(os.listdir(folder)):
+    path = os.path.join(folder, name)
+    if not name.endswith(".json") or not os.path.isfile(path):
+      continue
+    try:
+      with open(path) as f:
+        result = json.load(f)
+    except (OSError, ValueError):
+      result = None
+    if not isinstance(result, dict) or not isinstance(result.get("suite"), str):
+      if skipped is not None and name != MANIFEST:
+        skipped.append(name)
+      continue
+    stem, marker = name[:-len(".json")], "_" + result["suite"]
+    cut = stem.rfind(marker)
+    run = stem[:cut] if cut > 0 else os.path.basename(os.path.normpath(folder))
+    runs.setdefault(run, []).append((name, result))
+  return runs
+
+
+def final_metrics(workdir: str | None) -> dict[str, Any]:
+  """The last logged step, training loss and validation loss of metrics.jsonl (None if absent,
+  or for no workdir: a run known from its result files only)."""
   out = {"final_step": None, "final_train_loss": None, "final_val_loss": None}
-  for record in read_metrics(workdir):  # a line cut by a kill is left out
+  for record in read_metrics(workdir) if workdir is not None else []:  # a cut line is left out
     out["final_step"] = max(out["final_step"] or 0, record.get("step", 0))
     if record.get("loss") is not None:
       out["final_train_loss"] = record["loss"]
@@ -106,7 +143,8 @@ def collect(study_dir: str) -> pd.DataFrame:
   with a warning (warnings.warn) naming them.
 
   Raises:
-    CollectError: the folder does not exist, is a run folder, or holds no run with a config.json.
+    CollectError: the folder does not exist, is a run folder, or holds neither a run with a
+      config.json nor result JSON files (`result_file_runs`).
   """
   if not os.path.isdir(study_dir):
     raise CollectError(f"{study_dir} is not a folder (expected <root>/<study>)")
@@ -114,13 +152,19 @@ def collect(study_dir: str) -> pd.DataFrame:
     raise CollectError(f"{study_dir} is a run folder; collect its study folder "
                        f"{os.path.dirname(os.path.abspath(study_dir))}")
   dirs = run_dirs(study_dir)
-  if not dirs:
+  skipped_files: list[str] = []
+  files = {} if dirs else result_file_runs(study_dir, skipped_files)
+  if files and skipped_files:
+    warnings.warn(f"left out {len(skipped_files)} file(s) of {study_dir} that are not result "
+                  f"JSON (half-written or foreign): {', '.join(skipped_files)}", stacklevel=2)
+  if not dirs and not files:
     studies = sorted(d for d in os.listdir(study_dir) if os.path.isdir(os.path.join(study_dir, d))
                      and run_dirs(os.path.join(study_dir, d)))
-    raise CollectError(f"{study_dir} holds no run folder with a config.json"
+    raise CollectError(f"{study_dir} holds no run folder with a config.json and no result JSON"
                        + (f"; it looks like a sweep root: collect one of its study folders "
                           f"({', '.join(os.path.join(study_dir, d) for d in studies)})"
                           if studies else " (nothing trained yet?)"))
+  # (run name, workdir or None, config.json, flattened config, results as (file column, JSON))
   runs = []
   for workdir in dirs:
     try:
@@ -130,24 +174,38 @@ def collect(study_dir: str) -> pd.DataFrame:
       warnings.warn(f"left out run {os.path.basename(workdir)}: its config.json is not readable "
                     f"JSON ({e})", stacklevel=2)
       continue
-    runs.append((workdir, stored, flatten(stored.get("config", {}))))
+    skipped: list[str] = []
+    results = [(f"eval/{name}", result) for name, result in read_results(workdir, skipped)]
+    if skipped:
+      warnings.warn(f"left out {len(skipped)} file(s) of run {os.path.basename(workdir)} that "
+                    f"are not result JSON (half-written or foreign): {', '.join(skipped)}",
+                    stacklevel=2)
+    runs.append((os.path.basename(workdir), workdir, stored, flatten(stored.get("config", {})),
+                 results))
+  for run, results in files.items():  # no config.json: what the result files record of the run
+    known = {}
+    for _, result in results:
+      for path, field in (("model.position.kind", "scheme"), ("data.train_len", "train_len")):
+        if result.get(field) is not None:
+          known.setdefault(path, result[field])
+    runs.append((run, None, {}, known, results))
   if not runs:
     raise CollectError(f"{study_dir}: no run folder has a readable config.json")
-  fields = sorted({k for _, _, flat in runs for k in flat})
+  fields = sorted({k for _, w, _, flat, _ in runs if w is not None for k in flat})
   # A field added to the code after a run trained is absent from its config.json: it takes the
   # field's configs/base.py default (new fields default to the old behaviour), so that it splits
   # no configuration's seeds unless some run set it to something else; a field whose default
   # changed takes the value old runs used (rope_scaling.LEGACY_DEFAULTS).
   defaults = flatten(base_config.get_config().to_dict())
   defaults.update({f"model.position.{k}": v for k, v in rope_scaling.LEGACY_DEFAULTS.items()})
-  runs = [(w, stored, {k: flat[k] if k in flat else defaults.get(k) for k in fields})
-          for w, stored, flat in runs]
+  runs = [(run, w, stored, {k: flat[k] if k in flat else defaults.get(k) for k in fields}
+           if w is not None else flat, results) for run, w, stored, flat, results in runs]
   varying = [k for k in fields if k not in STANDARD_FIELDS
-             and len({repr(flat.get(k)) for _, _, flat in runs}) > 1]
+             and len({repr(flat.get(k)) for _, _, _, flat, _ in runs}) > 1]
   study = os.path.basename(os.path.normpath(study_dir))
   records = []
-  for workdir, stored, flat in runs:
-    base = {"study": study, "run": os.path.basename(workdir)}
+  for run, workdir, stored, flat, results in runs:
+    base = {"study": study, "run": run}
     base.update({name: flat.get(path) for path, name in STANDARD_FIELDS.items()})
     base["num_params"] = stored.get("num_params")
     parent = stored.get("parent") or {}  # a warm start (train.init_from, runs/warm_start.py)
@@ -156,11 +214,6 @@ def collect(study_dir: str) -> pd.DataFrame:
     base.update({f"cfg.{k}": flat.get(k) for k in varying})
     base.update(final_metrics(workdir))
     latest: dict[Any, tuple[str, dict]] = {}
-    skipped: list[str] = []
-    results = read_results(workdir, skipped)
-    if skipped:
-      warnings.warn(f"left out {len(skipped)} file(s) of run {base['run']} that are not result "
-                    f"JSON (half-written or foreign): {', '.join(skipped)}", stacklevel=2)
     for name, result in results:
       key = result_key(result)
       if key not in latest or result.get("step", -1) > latest[key][1].get("step", -1):
@@ -168,7 +221,7 @@ def collect(study_dir: str) -> pd.DataFrame:
     for key, (name, result) in sorted(latest.items(), key=lambda kv: kv[1][0]):
       head = {"suite": key.suite, "extension": key.extension, "extension_factor": key.factor,
               "protocol": key.protocol, "stride": key.stride, "step": result.get("step"),
-              "file": f"eval/{name}"}
+              "file": name}
       for row in _result_rows(result, flat.get("data.train_len") or 1):
         records.append({**base, **head, **row})
   frame = pd.DataFrame.from_records(records)

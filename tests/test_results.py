@@ -1,0 +1,86 @@
+"""Every committed results folder opens: sweeps.collect collects it without a warning, its
+committed table is what collecting gives today (so the notebooks, which read the table, and
+sweeps.report agree), and its numbers are the ones docs/retrieval.md states."""
+
+import os
+import warnings
+
+import pandas as pd
+import pytest
+
+from sweeps import collect, figures, report
+
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+FOLDERS = sorted(n for n in os.listdir(RESULTS) if os.path.isdir(os.path.join(RESULTS, n)))
+
+
+def test_there_are_results_folders():
+  assert "passkey_tiny" in FOLDERS
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_every_results_folder_opens_and_its_table_is_current(name):
+  folder = os.path.join(RESULTS, name)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no file left out, no stale table
+    frame = collect.collect(folder)
+    table = figures.read_table(folder)  # what the notebooks open
+    loaded, study = report.load_study_table(folder)  # what the report opens
+  assert len(frame) > 0 and frame["run"].nunique() >= 1 and study == name
+  pd.testing.assert_frame_equal(table, frame)  # python -m sweeps.collect wrote it from these files
+  pd.testing.assert_frame_equal(loaded, frame)
+
+
+def test_passkey_tiny_holds_the_documented_runs():
+  """docs/retrieval.md's rows: RoPE (1500 steps) and ALiBi (3000 steps), each as trained and
+  with Self-Extend (G = 8), 55 prompts per length."""
+  frame = collect.collect(os.path.join(RESULTS, "passkey_tiny"))
+  assert set(frame["suite"]) == {"passkey"} and (frame["prompts"] == 55).all()
+  runs = frame.drop_duplicates(["run", "extension"]).set_index(["run", "extension"])
+  assert runs[["scheme", "step", "train_len", "extension_factor", "file"]].to_dict("index") == {
+      ("alibi3000", "none"): {"scheme": "alibi", "step": 3000, "train_len": 256,
+                              "extension_factor": 1.0, "file": "alibi3000_passkey.json"},
+      ("alibi3000", "self_extend"): {"scheme": "alibi", "step": 3000, "train_len": 256,
+                                     "extension_factor": 8.0,
+                                     "file": "alibi3000_passkey_self_extend_x8.json"},
+      ("rope", "none"): {"scheme": "rope", "step": 1500, "train_len": 256,
+                         "extension_factor": 1.0, "file": "rope_passkey.json"},
+      ("rope", "self_extend"): {"scheme": "rope", "step": 1500, "train_len": 256,
+                                "extension_factor": 8.0, "file": "rope_passkey_self_extend_x8.json"}}
+  correct = {k: rows.sort_values("length")["correct"].tolist()
+             for k, rows in frame.groupby(["run", "extension"])}
+  assert correct == {("alibi3000", "none"): [37, 35, 13, 8, 3],  # 0.67 0.64 0.24 0.15 0.05
+                     ("alibi3000", "self_extend"): [38, 37, 40, 33, 15],  # 0.69 .. 0.27
+                     ("rope", "none"): [55, 53, 0, 0, 0],  # 1.00 0.96 0 0 0
+                     ("rope", "self_extend"): [55, 52, 48, 27, 0]}  # 1.00 0.95 0.87 0.49 0
+  passing = frame.groupby("run")["max_length_passing"].first()
+  assert passing["rope"] == 256 and pd.isna(passing["alibi3000"])
+  # No config.json: of the runs only what their result files record is known.
+  assert frame[["num_params", "seed", "final_val_loss"]].isna().all().all()
+
+
+def test_a_folder_of_result_files_is_collected_by_file_name_prefix(tmp_path):
+  """`<run>_<suite><suffix>.json` names the run; a file named after its suite alone (a copied
+  eval/ folder) belongs to a run named after the folder; other JSON is left out with a warning."""
+  import shutil
+  source = os.path.join(RESULTS, "passkey_tiny")
+  folder = tmp_path / "copied_eval"
+  folder.mkdir()
+  shutil.copy(os.path.join(source, "rope_passkey_self_extend_x8.json"),
+              folder / "passkey_self_extend_x8.json")
+  shutil.copy(os.path.join(source, "alibi3000_passkey.json"), folder / "my_run_passkey.json")
+  (folder / "notes.json").write_text('{"note": "not a result"}')
+  with pytest.warns(UserWarning, match=r"left out 1 file\(s\) of .*copied_eval that are not "
+                                       r"result JSON \(half-written or foreign\): notes.json"):
+    frame = collect.collect(str(folder))
+  runs = frame.drop_duplicates("run").set_index("run")[["scheme", "step", "extension", "file"]]
+  assert runs.to_dict("index") == {
+      "copied_eval": {"scheme": "rope", "step": 1500, "extension": "self_extend",
+                      "file": "passkey_self_extend_x8.json"},
+      "my_run": {"scheme": "alibi", "step": 3000, "extension": "none",
+                 "file": "my_run_passkey.json"}}
+  (folder / "passkey_self_extend_x8.json").unlink()
+  (folder / "my_run_passkey.json").unlink()
+  with pytest.raises(collect.CollectError, match="holds no run folder with a config.json and no "
+                                                 "result JSON"):
+    collect.collect(str(folder))
