@@ -49,6 +49,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("kind", "alibi", "positional scheme (model.position.kind)")
 flags.DEFINE_list("multipliers", ["1", "2", "4", "8", "16", "32"], "lengths, x train_len")
 flags.DEFINE_integer("batch_tokens", 16384, "eval.batch_tokens: tokens per scoring batch")
+flags.DEFINE_integer("attention_chunk", None, "model.attention_chunk (tokens); default: the "
+                     "config's")
 flags.DEFINE_integer("repeats", 5, "timed calls per length (after one warm-up); 0 = no timing")
 
 _UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
@@ -79,6 +81,8 @@ def main(argv):
   c = alibi_tiny.get_config()
   c.model.position.kind = FLAGS.kind
   c.eval.batch_tokens = FLAGS.batch_tokens
+  if FLAGS.attention_chunk is not None:
+    c.model.attention_chunk = FLAGS.attention_chunk
   mesh = sharding.make_mesh(c.mesh, jax.devices())
   spec = specs.model_spec(c, mesh)
   params = specs.init_params(c, spec)

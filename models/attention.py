@@ -10,6 +10,9 @@ where the scheme or the layer's options rule the kernel out (see `Attention._ker
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -81,6 +84,40 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
   return mask
 
 
+# Query chunks per segment up to which attention unrolls a loop with exact key ranges (the
+# fastest form, and differentiable); more chunks run in lax.map over key blocks.
+UNROLLED_CHUNKS = 8
+
+
+def _concat(parts: list[jax.Array]) -> jax.Array:
+  """Concatenates heads-major [batch, heads, len_i, head_dim] parts along the sequence."""
+  return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=2)
+
+
+def _heads(x: jax.Array) -> jax.Array:
+  """[batch, seq, heads, head_dim] -> heads-major [batch, heads, seq, head_dim]: the layout of
+  the batched matmuls (faster on XLA:CPU than "bqhd,bkhd"); attention transposes q, k and v
+  once per layer, not once per query chunk."""
+  return x.transpose(0, 2, 1, 3)
+
+
+def _scores(qh: jax.Array, kh: jax.Array) -> jax.Array:
+  """float32 [batch, heads, q_len, k_len] = qh kh^T of heads-major (scaled) queries and keys."""
+  return jnp.einsum("bhqd,bhkd->bhqk", qh, kh, preferred_element_type=jnp.float32)
+
+
+def _softmax_values(logits: jax.Array, mask: jax.Array, vh: jax.Array) -> jax.Array:
+  """`attend` on heads-major values vh [batch, heads, k_len, head_dim]: heads-major
+  [batch, heads, q_len, head_dim] in vh's dtype."""
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  top = jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
+  weights = jnp.exp(logits - top)  # masked entries: exp(min - top) = 0 exactly
+  total = weights.sum(axis=-1)  # [batch, heads, q_len], >= 1
+  out = jnp.einsum("bhqk,bhkd->bhqd", weights.astype(vh.dtype), vh,
+                   preferred_element_type=jnp.float32)
+  return (out / total[..., None]).astype(vh.dtype)
+
+
 def attention_logits(q: jax.Array, k: jax.Array, scale: float | None = None) -> jax.Array:
   """float32 logits `scale * q k^T` [batch, heads, q_len, k_len].
 
@@ -89,14 +126,17 @@ def attention_logits(q: jax.Array, k: jax.Array, scale: float | None = None) -> 
     scale: default 1 / sqrt(head_dim) (Vaswani et al., arXiv 1706.03762, Eq. 1).
   """
   scale = q.shape[-1] ** -0.5 if scale is None else scale
-  # Heads-major layout for the batched matmul (faster on XLA:CPU than "bqhd,bkhd").
-  qh, kh = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
-  return jnp.einsum("bhqd,bhkd->bhqk", qh * jnp.asarray(scale, q.dtype), kh,
-                    preferred_element_type=jnp.float32)
+  return _scores(_heads(q) * jnp.asarray(scale, q.dtype), _heads(k))
 
 
 def attend(logits: jax.Array, mask: jax.Array, v: jax.Array) -> jax.Array:
-  """`softmax(logits + mask) v`: masked entries set to the float32 minimum, softmax in float32.
+  """`softmax(logits + mask) v`: masked entries get weight exactly 0, softmax in float32.
+
+  The exponentials are normalised after the product with v, on [.., q_len, head_dim] rather
+  than [.., q_len, k_len] (as flash attention does, Dao et al., arXiv 2205.14135, Alg. 1), and
+  the row maximum that keeps them finite is a constant to autodiff (softmax does not depend on
+  the shift): fewer passes over the logits, forward and backward. Every row must allow at least
+  one key (causal attention always allows the diagonal).
 
   Args:
     logits: float32 [batch, heads, q_len, k_len]; mask: bool [batch or 1, 1, q_len, k_len];
@@ -105,9 +145,7 @@ def attend(logits: jax.Array, mask: jax.Array, v: jax.Array) -> jax.Array:
   Returns:
     [batch, q_len, heads, head_dim] in v's dtype.
   """
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-  return jnp.einsum("bhqk,bhkd->bhqd", probs, v.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+  return _heads(_softmax_values(logits, mask, _heads(v)))
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
@@ -237,35 +275,12 @@ class Attention(nnx.Module):
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
     rotated = self._rotate(q, k, positions, k_positions, scheme)
-    # Query chunks bound memory to O(rows x chunk) per head: the whole chunks of a segment of
-    # queries run one after another in `lax.map` against the keys it needs (all of them, the
-    # whole cache in a long prefill, or with context parallelism the first half or all of the
-    # gathered sequence), then its last rows % chunk queries. One loop body whatever the
-    # length, so the program and its compile time do not grow with seq, and one chunk's logits
-    # are alive at a time (an unrolled loop kept every chunk's logits alive: with FIRE's
-    # per-pair MLP a 4,096-token prefill needed 26 GB, bench/eval_memory.py). Masked logits
-    # above the diagonal are computed, not skipped: the price of static shapes.
-    parts = []
-    for first, rows, index, k_end in segments:
-      chunk = self.chunk if 0 < self.chunk < rows else rows
-
-      def one_chunk(c0, length, first=first, index=index, k_end=k_end):
-        logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
-                                    k_segment_ids, first + c0, length, k_end, index + c0)
-        return attend(logits, mask, v[:, :k_end]).astype(q.dtype)  # [batch, length, heads, hd]
-
-      whole = rows - rows % chunk  # queries in whole chunks
-      if whole == chunk:
-        parts.append(one_chunk(0, chunk))
-      elif whole:
-        starts = jnp.arange(0, whole, chunk, dtype=jnp.int32)
-        out = jax.lax.map(lambda c0, f=one_chunk: f(c0, chunk), starts)
-        parts.append(out.transpose(1, 0, 2, 3, 4).reshape(b, whole, *out.shape[3:]))
-      if whole < rows:
-        parts.append(one_chunk(whole, rows - whole))
-    out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=1)
+    vh = _heads(v)
+    out = _concat([self._attend_segment(rotated, vh, scheme, positions, k_positions, segment_ids,
+                                        k_segment_ids, *segment) for segment in segments])
     wo = self.wo[...].astype(self.dtype)
-    out = (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
+    out = _heads(out.astype(q.dtype)).reshape(b * s, -1)  # [batch x seq, heads x head_dim]
+    out = (out @ wo.reshape(-1, d)).reshape(b, s, d)
     return out if cache is None else (out, cache)
 
   def weights(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
@@ -289,12 +304,15 @@ class Attention(nnx.Module):
     q, k, _ = self._project(x)
     rotated = self._rotate(q, k, positions, positions, scheme)
     logits, mask = self._logits(rotated, scheme, positions, positions, segment_ids, segment_ids,
-                                0, s, s, None)
+                                0, s, 0, s, 0)
     probs = jax.nn.softmax(jnp.where(mask, logits, jnp.finfo(jnp.float32).min), axis=-1)
     return jnp.where(mask, probs, 0.0)
 
   def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """q, k, v [batch, seq, heads, head_dim] in the compute dtype from x [batch, seq, d_model]."""
+    """q, k, v [batch, seq, heads, head_dim] in the compute dtype from x [batch, seq, d_model].
+
+    Three matmuls: one of wq, wk and wv stacked was slower on XLA:CPU (its gradient's slices
+    became pads and copies; bench/RESULTS.md, "Profile of the step")."""
     b, s, d = x.shape
     x2 = x.reshape(b * s, d)  # 2-D matmuls are much faster than 3-D einsums on XLA:CPU
 
@@ -305,7 +323,8 @@ class Attention(nnx.Module):
     return project(self.wq), project(self.wk), project(self.wv)
 
   def _rotate(self, q, k, positions, k_positions, scheme):
-    """[(q, k) rotated by the scheme, and its branch] per branch of the position transform,
+    """[(q, k rotated by the scheme, its branch, the scaled queries and the keys heads-major
+    [batch, heads, len, head_dim])] per branch of the position transform,
     queries log-n scaled (model.logn_scaling) and temperature scaled (the eval-time attention
     temperature) when configured, both from the true query positions."""
     out = []
@@ -317,28 +336,153 @@ class Attention(nnx.Module):
         scale = attention_temperature_scale(positions, self.temperature_train_len,
                                             self.temperature)
         qr = qr * scale[:, :, None, None].astype(qr.dtype)
-      out.append((qr, kr, br))
+      scale = jnp.asarray(qr.shape[-1] ** -0.5, qr.dtype)  # Vaswani et al., Eq. 1
+      out.append((qr, kr, br, _heads(qr) * scale, _heads(kr)))
     return out
 
+  def _attend_segment(self, rotated, vh, scheme, positions, k_positions, segment_ids,
+                      k_segment_ids, first: int, rows: int, index, k_end: int) -> jax.Array:
+    """Attention of the queries [first, first + rows) against the keys [0, k_end), whose first
+    query has slot `index` among the keys (causal by index; a Python int, or traced with a KV
+    cache or context parallelism). vh: heads-major values [batch, heads, keys, head_dim].
+
+    Queries run in chunks of `self.chunk` tokens (model.attention_chunk), and no chunk computes
+    the logits of keys none of its queries may see: those past its last query (causal) and,
+    in a sliding-window layer, those before its first query's window.
+    - Few chunks (at most `UNROLLED_CHUNKS`) with a static `index` (training, short
+      evaluation): an unrolled loop, each chunk against exactly its key range; (n + 1) / 2n of
+      the logits of the full matrix at n chunks.
+    - Otherwise: the whole chunks in `lax.map` (one loop body whatever the length, so the
+      program does not grow with seq and one chunk's values are alive at a time), each over
+      key blocks of `self.chunk` tokens with an online softmax (flash attention's recurrence,
+      Dao et al., arXiv 2205.14135, Alg. 1), a block no query of the chunk can see skipped by
+      `lax.cond`: memory O(rows x chunk) per head, and the triangle above the diagonal is
+      never computed. Schemes whose bias is not blockwise (`bias_blockwise`, CoPE) take each
+      chunk against its whole key range instead. Then the last rows % chunk queries.
+
+    Returns:
+      heads-major [batch, heads, rows, head_dim] in vh's dtype.
+    """
+    chunk = self.chunk if 0 < self.chunk < rows else rows
+    whole = rows - rows % chunk  # queries in whole chunks
+    static = isinstance(index, (int, np.integer))
+    attend_range = functools.partial(self._attend_range, rotated, vh, scheme, positions,
+                                     k_positions, segment_ids, k_segment_ids)
+    if static and -(-rows // chunk) <= UNROLLED_CHUNKS:
+      return _concat([attend_range(first + c0, min(chunk, rows - c0),
+                                   *self._key_range(index + c0, min(chunk, rows - c0), k_end),
+                                   index + c0)
+                      for c0 in range(0, rows, chunk)])
+    parts = []
+    if whole:
+      if scheme.bias_blockwise:
+        one = lambda c0: self._attend_blocks(rotated, vh, scheme, positions, k_positions,  # noqa
+                                             segment_ids, k_segment_ids, first + c0, chunk,
+                                             k_end, index + c0)
+      else:
+        one = lambda c0: attend_range(first + c0, chunk, 0, k_end, index + c0)  # noqa: E731
+      if whole == chunk:
+        parts.append(one(0))
+      else:
+        out = jax.lax.map(one, jnp.arange(0, whole, chunk, dtype=jnp.int32))
+        b, heads, hd = vh.shape[0], vh.shape[1], vh.shape[3]
+        parts.append(out.transpose(1, 2, 0, 3, 4).reshape(b, heads, whole, hd))
+    if whole < rows:
+      length = rows - whole
+      k_lo, k_hi = self._key_range(index + whole, length, k_end) if static else (0, k_end)
+      parts.append(attend_range(first + whole, length, k_lo, k_hi, index + whole))
+    return _concat(parts)
+
+  def _key_range(self, slot: int, length: int, k_end: int) -> tuple[int, int]:
+    """[lo, hi): the keys that queries at slots [slot, slot + length) may see (causal, and this
+    layer's window); static ints."""
+    lo = max(0, slot - self.window + 1) if self.window else 0
+    return lo, min(k_end, slot + length)
+
+  def _attend_range(self, rotated, vh, scheme, positions, k_positions, segment_ids,
+                    k_segment_ids, c0, length: int, k_lo: int, k_hi: int, slot) -> jax.Array:
+    """Softmax attention of queries [c0, c0 + length) (first at key slot `slot`) against the
+    keys [k_lo, k_hi) at once: heads-major [batch, heads, length, head_dim] in vh's dtype."""
+    logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
+                                k_segment_ids, c0, length, k_lo, k_hi - k_lo, slot - k_lo)
+    return _softmax_values(logits, mask, vh[:, :, k_lo:k_hi])
+
+  def _attend_blocks(self, rotated, vh, scheme, positions, k_positions, segment_ids,
+                     k_segment_ids, c0, length: int, k_end: int, slot) -> jax.Array:
+    """Queries [c0, c0 + length) (first at key slot `slot`, both may be traced) against the keys
+    [0, k_end) in blocks of `length` keys with an online softmax (flash attention's recurrence,
+    Dao et al., arXiv 2205.14135, Alg. 1), in float32; a block that no query sees is skipped
+    (`lax.cond`). Keys are padded to whole blocks; the padding lies past every query (causal),
+    so it is never seen. Returns heads-major [batch, heads, length, head_dim] in vh's dtype."""
+    block = length
+    num_blocks = -(-k_end // block)
+    pad = num_blocks * block - k_end
+    if pad:
+      def widen(x, axis=1):
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, pad)
+        return jnp.pad(jax.lax.slice_in_dim(x, 0, k_end, axis=axis), widths)
+
+      rotated = [(qr, widen(kr), dataclasses.replace(br, k_positions=widen(br.k_positions)), qh,
+                  widen(kh, 2)) for qr, kr, br, qh, kh in rotated]
+      vh, k_positions, k_segment_ids = widen(vh, 2), widen(k_positions), widen(k_segment_ids)
+    b, heads, hd = vh.shape[0], vh.shape[1], vh.shape[3]
+    lo = jnp.maximum(slot - self.window + 1, 0) if self.window else 0  # first key seen
+    hi = jnp.minimum(slot + length, k_end)  # one past the last key seen
+
+    def step(carry, k0):
+      def visit(carry):
+        top, total, acc = carry  # running max, sum of exp and weighted values, float32
+        logits, mask = self._logits(rotated, scheme, positions, k_positions, segment_ids,
+                                    k_segment_ids, c0, length, k0, block, slot - k0)
+        logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+        # The result does not depend on the running maximum (it scales total and acc alike),
+        # so it is a constant to autodiff, as in `attend` (its gradient also came out NaN
+        # through XLA:CPU's compiled max for KERPLE and Sandwich).
+        new_top = jax.lax.stop_gradient(jnp.maximum(top, logits.max(axis=-1)))
+        p = jnp.where(mask, jnp.exp(logits - new_top[..., None]), 0.0)
+        rescale = jnp.exp(top - new_top)
+        values = jax.lax.dynamic_slice_in_dim(vh, k0, block, axis=2)
+        update = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vh.dtype), values,
+                            preferred_element_type=jnp.float32)
+        return (new_top, total * rescale + p.sum(axis=-1),
+                acc * rescale[..., None] + update)
+
+      seen = (k0 < hi) & (k0 + block > lo)
+      return jax.lax.cond(seen, visit, lambda c: c, carry), None
+
+    init = (jnp.full((b, heads, length), jnp.finfo(jnp.float32).min, jnp.float32),
+            jnp.zeros((b, heads, length), jnp.float32),
+            jnp.zeros((b, heads, length, hd), jnp.float32))
+    varying = tuple(sorted(jax.typeof(vh).manual_axis_type.varying))  # in shard_map: the manual
+    if varying:  # axes the values vary over, which the carry must share for lax.cond
+      init = jax.tree.map(lambda x: jax.lax.pcast(x, varying, to="varying"), init)
+    starts = jnp.arange(0, num_blocks * block, block, dtype=jnp.int32)
+    (_, total, acc), _ = jax.lax.scan(step, init, starts)
+    # Every query sees its own key, so total >= 1 after the block holding its diagonal.
+    return (acc / total[..., None]).astype(vh.dtype)
+
   def _logits(self, rotated, scheme, positions, k_positions, segment_ids, k_segment_ids,
-              c0, length: int, k_end: int, offset):
-    """float32 logits [batch, heads, length, k_end] of queries [c0, c0 + length) against keys
-    [0, k_end), scheme bias included, and the bool mask they hold under: causal (by index from
-    `offset`, the first query's slot, when given), the document, this layer's window and, with
-    several branches of the position transform, each logit taken from the branch whose region
-    holds it. `c0` may be traced (a chunk index inside `lax.map`)."""
-    rows = lambda x: jax.lax.dynamic_slice_in_dim(x, c0, length, axis=1)  # noqa: E731
-    mask = attention_mask(length, k_end, rows(segment_ids), k_segment_ids[:, :k_end],
-                          self.window, offset)
+              c0, length: int, k0, k_len: int, offset):
+    """float32 logits [batch, heads, length, k_len] of queries [c0, c0 + length) against keys
+    [k0, k0 + k_len), scheme bias included, and the bool mask they hold under: causal (by index:
+    query i sees key j <= i + `offset`, the first query's slot minus k0), the document, this
+    layer's window and, with several branches of the position transform, each logit taken from
+    the branch whose region holds it. `c0`, `k0` and `offset` may be traced (inside `lax.map`
+    and the key-block scan)."""
+    rows = lambda x, axis=1: jax.lax.dynamic_slice_in_dim(x, c0, length, axis)  # noqa: E731
+    keys = lambda x, axis=1: jax.lax.dynamic_slice_in_dim(x, k0, k_len, axis)  # noqa: E731
+    mask = attention_mask(length, k_len, rows(segment_ids), keys(k_segment_ids), self.window,
+                          offset)
     logits, covered = None, None
     if len(rotated) > 1:
-      distance = (rows(positions)[:, :, None] - k_positions[:, None, :k_end])[:, None]
-      k_pos = k_positions[:, None, None, :k_end]
-    for qr, kr, br in rotated:
-      qc, kc = rows(qr), kr[:, :k_end]
-      branch_logits = attention_logits(qc, kc)
-      bias = scheme.bias(rows(br.q_positions), br.k_positions[:, :k_end], self.layer,
-                         q=qc, k=kc, mask=mask)
+      distance = (rows(positions)[:, :, None] - keys(k_positions)[:, None, :])[:, None]
+      k_pos = keys(k_positions)[:, None, None, :]
+    for qr, kr, br, qh, kh in rotated:
+      branch_logits = _scores(rows(qh, 2), keys(kh, 2))
+      # q and k in [batch, len, heads, head_dim] for contextual schemes (dead code otherwise).
+      bias = scheme.bias(rows(br.q_positions), keys(br.k_positions), self.layer,
+                         q=rows(qr), k=keys(kr), mask=mask)
       if bias is not None:
         branch_logits = branch_logits + bias
       if len(rotated) == 1:

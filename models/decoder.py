@@ -61,6 +61,27 @@ def remat_block(mode: str):
   return nnx.remat(_call_block, policy=REMAT_POLICIES[mode])
 
 
+class RMSNorm(nnx.Module):
+  """Root-mean-square layer norm (Zhang & Sennrich, arXiv 1910.07467, Eq. 4):
+  `x / sqrt(mean(x^2) + epsilon) * scale`, computed in float32 over the last axis.
+
+  Parameter: `scale` [d_model], ones (the name and shape of `nnx.RMSNorm`'s, so checkpoints of
+  either load). Ours rather than `nnx.RMSNorm` for speed alone: it normalises the
+  [tokens, d_model] matrix, and XLA:CPU runs that form, forward and backward, in about half
+  the time of the 3-D broadcast of `nnx.RMSNorm` (bench/RESULTS.md, "Profile of the step").
+  """
+
+  def __init__(self, d_model: int, *, epsilon: float = 1e-6, param_dtype="float32"):
+    self.scale = nnx.Param(jnp.ones((d_model,), param_dtype))
+    self.epsilon = epsilon
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: [..., d_model] in any float dtype -> float32, same shape."""
+    x2 = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
+    y = x2 * jax.lax.rsqrt(jnp.mean(x2 * x2, axis=-1, keepdims=True) + self.epsilon)
+    return (y * self.scale[...].astype(jnp.float32)).reshape(x.shape)
+
+
 class MLP(nnx.Module):
   """Position-wise MLP: GELU (GPT-2) or SwiGLU (Shazeer, arXiv 2002.05202, Eq. 5).
 
@@ -99,13 +120,11 @@ class Block(nnx.Module):
   def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
                attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False,
                transform: PositionTransform = PositionTransform(), temperature: str = ""):
-    self.attn_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
-                                 param_dtype=dims.param_dtype, rngs=rngs)
+    self.attn_norm = RMSNorm(dims.d_model, param_dtype=dims.param_dtype)
     self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk,
                                window=window, logn_scaling=logn_scaling, transform=transform,
                                temperature=temperature)
-    self.mlp_norm = nnx.RMSNorm(dims.d_model, epsilon=1e-6, dtype=jnp.float32,
-                                param_dtype=dims.param_dtype, rngs=rngs)
+    self.mlp_norm = RMSNorm(dims.d_model, param_dtype=dims.param_dtype)
     self.mlp = MLP(dims, mlp_dim, activation, dtype=dtype, rngs=rngs)
     self.dtype = dtype
 
@@ -160,8 +179,7 @@ class Decoder(nnx.Module):
               logn_scaling=m.logn_scaling, transform=transform, temperature=temperature[i])
         for i in range(m.num_layers)])
     self.num_heads, self.head_dim = dims.num_heads, dims.head_dim
-    self.final_norm = nnx.RMSNorm(m.d_model, epsilon=1e-6, dtype=jnp.float32,
-                                  param_dtype=m.param_dtype, rngs=rngs)
+    self.final_norm = RMSNorm(m.d_model, param_dtype=m.param_dtype)
     self.tie_embeddings = m.tie_embeddings
     self.remat = m.get("remat", "none")  # configs written before the field: no remat
     if not m.tie_embeddings:

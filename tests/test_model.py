@@ -94,17 +94,46 @@ def test_bfloat16_compute_keeps_float32_logits():
   assert out.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(out)))
 
 
-@pytest.mark.parametrize("kind", ["alibi", "rope"])
-def test_query_chunked_attention_matches_full(kind):
-  """Chunks of 8 queries (the last one partial) give the logits of full attention."""
+def _packed_batch(seq=21, first_doc=6, seed=3):
+  rng = np.random.default_rng(seed)
+  tokens = jnp.asarray(rng.integers(0, 256, size=(2, seq)), jnp.int32)
+  pos = np.concatenate([np.arange(first_doc), np.arange(seq - first_doc)])
+  seg = np.concatenate([np.ones(first_doc), 2 * np.ones(seq - first_doc)])
+  return (tokens, jnp.asarray(pos[None].repeat(2, 0), jnp.int32),
+          jnp.asarray(seg[None].repeat(2, 0), jnp.int32))
+
+
+@pytest.mark.parametrize("chunk", [8, 2])
+@pytest.mark.parametrize("kind", KINDS)
+def test_query_chunked_attention_matches_full(kind, chunk):
+  """Chunks of 8 queries (3 chunks, the last partial: the unrolled loop over exact key ranges)
+  and of 2 (11 chunks: lax.map over key blocks with the online softmax, keys padded from 21 to
+  22, or CoPE's whole key ranges) give the logits of full attention, two packed documents."""
   full, _ = make_model(kind, attention_chunk=0)
-  chunked, _ = make_model(kind, attention_chunk=8)
-  rng = np.random.default_rng(3)
-  tokens = jnp.asarray(rng.integers(0, 256, size=(2, 21)), jnp.int32)
-  pos = jnp.asarray(np.concatenate([np.arange(6), np.arange(15)])[None].repeat(2, 0), jnp.int32)
-  seg = jnp.asarray(np.concatenate([np.ones(6), 2 * np.ones(15)])[None].repeat(2, 0), jnp.int32)
-  np.testing.assert_allclose(np.asarray(chunked(tokens, pos, seg)), np.asarray(full(tokens, pos, seg)),
+  chunked, _ = make_model(kind, attention_chunk=chunk)
+  batch = _packed_batch()
+  np.testing.assert_allclose(np.asarray(chunked(*batch)), np.asarray(full(*batch)),
                              rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind,window", [(kind, 0) for kind in KINDS] + [("rope", 5), ("cope", 5)])
+def test_key_block_attention_has_the_gradients_of_full_attention(kind, window):
+  """Training through the key-block loop (11 query chunks of 2, lax.map + scan + cond) gives
+  the loss gradients of unchunked attention, with and without a sliding window."""
+  tokens, pos, seg = _packed_batch()
+
+  def grads(chunk):
+    model, _ = make_model(kind, attention_chunk=chunk, sliding_window=window)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(p):
+      logits = nnx.merge(graphdef, p, rest)(tokens, pos, seg)
+      return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[..., 0])
+
+    return jax.grad(loss)(params)
+
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               grads(2), grads(0))
 
 
 def test_sliding_window_mask():

@@ -92,6 +92,12 @@ class PositionalScheme(nnx.Module):
   relative: bool = False
   config_fields: dict[str, tuple[object, str]] = {}
   max_position_hint: str = ""  # how to evaluate longer, shown when a length is refused
+  # True when `bias` of a block of keys equals that block of the bias over all keys (the bias
+  # of pair (i, j) depends on positions and on q_i, k_j only). Attention then runs long
+  # sequences over key blocks with an online softmax, skipping blocks no query of a chunk can
+  # see (models/attention.py). False (CoPE: its bias counts gates over every key from j to i):
+  # each query chunk sees its whole key range at once.
+  bias_blockwise: bool = True
 
   @classmethod
   def check_config(cls, cfg, dims: Dims) -> None:

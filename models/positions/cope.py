@@ -82,6 +82,8 @@ class CoPE(PositionalScheme):
   replicated (logical axes (None, None, "head_dim")).
   """
 
+  bias_blockwise = False  # the position of key j counts the gates of keys j..i
+
   # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
   config_fields = {
       "per_layer": (True, "own position embeddings per layer (the reference code); False = one "
