@@ -19,9 +19,18 @@ from eval.files import atomic_write
 RETRIEVAL_CMAP = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d9d9d9")
 
 
-def subplots(*args, figsize: tuple[float, float], dpi: int, **kwargs):
-  """(Figure, axes) like `pyplot.subplots`, without pyplot's global state."""
-  fig = Figure(figsize=figsize, dpi=dpi)
+# Legend text size of every figure here and in sweeps/figures.py (points): readable in a report
+# at half the page width.
+LEGEND_FONTSIZE = 9
+
+
+def subplots(*args, figsize: tuple[float, float], dpi: int, layout: str | None = None,
+             **kwargs):
+  """(Figure, axes) like `pyplot.subplots`, without pyplot's global state.
+
+  `layout="constrained"` lets matplotlib place titles, suptitles, colour bars and legends outside
+  the axes without gaps or overlaps (no `tight_layout` needed)."""
+  fig = Figure(figsize=figsize, dpi=dpi, layout=layout)
   return fig, fig.subplots(*args, **kwargs)
 
 
@@ -52,7 +61,8 @@ def plot_ppl_vs_length(results: dict | list[dict], path: str) -> None:
     rows = [r for r in one["rows"] if r.get("ppl") is not None]
     ax.plot([r["length"] for r in rows], [r["ppl"] for r in rows], marker="o",
             label=curve_label(one))
-  ax.axvline(result["train_len"], color="gray", linestyle="--", label=f"train_len={result['train_len']}")
+  ax.axvline(result["train_len"], color="gray", linestyle="--",
+             label=f"train_len={result['train_len']}")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
   ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
@@ -66,7 +76,7 @@ def plot_ppl_vs_length(results: dict | list[dict], path: str) -> None:
   ax.set_title(f"Perplexity vs length ({protocol}; {result.get('split', '')}, "
                f"step {result.get('step', '?')})", fontsize=9)
   ax.grid(True, which="both", alpha=0.3)
-  ax.legend()
+  ax.legend(fontsize=LEGEND_FONTSIZE)
   fig.tight_layout()
   save_png(fig, path)
 
@@ -103,7 +113,7 @@ def plot_loss_by_position(result: dict, path: str) -> None:
   ax.set_title(f"Loss by position: {curve_label(result)}, {result.get('protocol', '')} "
                f"({result.get('split', '')}, step {result.get('step', '?')})", fontsize=9)
   ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=8)
+  ax.legend(fontsize=LEGEND_FONTSIZE)
   fig.tight_layout()
   save_png(fig, path)
 
@@ -179,7 +189,7 @@ def plot_attention_statistics(result: dict, path: str) -> None:
                      (ax_s, "attention on the BOS (sink mass)")):
     length_axis(ax, result["train_len"])
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=LEGEND_FONTSIZE)
   ax_s.set_yscale("log")  # sink mass spans decades (about 1/L), far below 1
   fig.suptitle(f"Attention diagnostics: {curve_label(result)} ({result.get('split', '')}, "
                f"step {result.get('step', '?')})", fontsize=9)
@@ -220,7 +230,7 @@ def plot_training_curves(records: list[dict], path: str, title: str = "") -> boo
       if val:
         ax.plot([p[0] for p in val], [p[1] for p in val], color="#D55E00", marker="o",
                 markersize=4, label="validation")
-      ax.legend(fontsize=8)
+      ax.legend(fontsize=LEGEND_FONTSIZE)
     if log and all(p[1] > 0 for p in points):
       ax.set_yscale("log")
       plain = ticker.FuncFormatter(lambda v, _: f"{v:.3g}")

@@ -1,5 +1,6 @@
 """Study figures: from a study's tidy results table (sweeps/collect.py), one curve per scheme
-(mean over seeds, band = min..max over seeds).
+(mean over seeds, band = min..max over seeds); the training curves, one line per run, from the
+runs' metrics.jsonl (`read_training_curves`, `fig_training_curves`: they need the run folders).
 
 Each figure function returns a matplotlib Figure, or None when the table holds nothing for it;
 the notebooks display them and sweeps/report.py embeds them. The figures of a single run, written
@@ -15,14 +16,15 @@ import os
 import warnings
 import zlib
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib import ticker
 from matplotlib.colors import LogNorm
+from matplotlib.lines import Line2D
 
 from eval import suites as suites_registry
-from eval.plots import RETRIEVAL_CMAP, length_axis, subplots
+from eval.plots import LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, subplots
+from runs.metrics import read_metrics
 from sweeps.collect import configuration_columns, runs_newer_than, summarize
 
 
@@ -126,14 +128,19 @@ def _mean_band(frame, x: str, y: str):
 # One style per scheme in every figure, the same in all of them: the registry's schemes in a
 # fixed order, each a distinct (colour, line style) pair and its own marker. Colours are the
 # Okabe-Ito colour-blind-safe set without its yellow (too pale on white) and black (the
-# `train_len` markers are grey and black); the second round of colours is dash-dotted. Eval-time
-# extensions of a scheme are dashed, in Dark2 colours.
+# `train_len` markers are grey and black), plus a saddle brown and Paul Tol's indigo and olive,
+# so that the first nine schemes (those of the committed CPU study) each have a colour of their
+# own; the second round of colours is dash-dotted. Eval-time extensions of a scheme are dashed,
+# in Dark2 colours without its orange, gold and grey (too close to the vermillion of RoPE, the
+# scheme most extensions apply to, to learned's orange and to the train_len marker).
 SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
                 "xpos", "kerple_power", "sandwich", "cope", "rope_mixed")
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#8B4513")
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9")
+PALETTE = OKABE_ITO + ("#8B4513", "#332288", "#999933")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8")
-_STYLES = [{"color": OKABE_ITO[i % len(OKABE_ITO)],
-            "linestyle": ("-", "-.")[i // len(OKABE_ITO) % 2], "marker": MARKERS[i]}
+EXTENSION_COLOURS = ("#7570B3", "#E7298A", "#66A61E", "#1B9E77", "#A6761D")
+_STYLES = [{"color": PALETTE[i % len(PALETTE)],
+            "linestyle": ("-", "-.")[i // len(PALETTE) % 2], "marker": MARKERS[i]}
            for i in range(len(MARKERS))]
 
 
@@ -147,12 +154,12 @@ def scheme_style(scheme: str) -> dict:
 
 def _style(label: str, extensions: list[str]) -> dict:
   """Matplotlib line style of a curve label ("<scheme> [cfg...] [+ <extension> x<factor>]"):
-  the scheme's `scheme_style`; the curves of eval-time extensions dashed, in Dark2 colours
+  the scheme's `scheme_style`; the curves of eval-time extensions dashed, in EXTENSION_COLOURS
   taken in the order of `extensions` (the sorted extension labels of the axes)."""
   base, plus, _ = label.partition(" + ")
   if plus:
-    dark = matplotlib.colormaps["Dark2"].colors
-    return {"color": dark[extensions.index(label) % len(dark)], "linestyle": "--", "marker": "o"}
+    return {"color": EXTENSION_COLOURS[extensions.index(label) % len(EXTENSION_COLOURS)],
+            "linestyle": "--", "marker": "o"}
   return scheme_style(base)
 
 
@@ -165,14 +172,31 @@ def _plot_bands(ax, bands: dict) -> None:
       ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
 
 
+def _legend(fig) -> None:
+  """One legend for the figure at LEGEND_FONTSIZE, the labelled artists of all its axes (each
+  label once), outside the axes: to the right of the top row's rightmost panel, from its top
+  down, so that no title runs into it (the figure must use layout="constrained")."""
+  handles = {}
+  for ax in fig.axes:
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(label, handle)
+  if not handles:
+    return
+  top = max(ax.get_position().y1 for ax in fig.axes)
+  anchor = max((ax for ax in fig.axes if ax.get_position().y1 >= top - 1e-6),
+               key=lambda ax: ax.get_position().x1)
+  anchor.legend(list(handles.values()), list(handles), loc="upper left",
+                bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=LEGEND_FONTSIZE)
+
+
 def _train_len(frame) -> int | None:
   values = frame["train_len"].dropna().unique() if "train_len" in frame else []
   return int(values[0]) if len(values) == 1 else None
 
 
-def _log_ppl_axis(ax) -> None:
-  """Log perplexity axis labelled at 1, 2 and 5 times powers of ten, or at evenly spaced round
-  values when the curves span less than a factor of 10 (else one tick, e.g. "10")."""
+def _log_axis(ax) -> None:
+  """Log y axis labelled at 1, 2 and 5 times powers of ten, or at evenly spaced round values
+  when the curves span less than a factor of 10 (else one tick, e.g. "10"); plain numbers."""
   ax.set_yscale("log")
   low, high = ax.get_ylim()
   if high / max(low, 1e-12) > 10:
@@ -181,6 +205,11 @@ def _log_ppl_axis(ax) -> None:
     ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 2.5, 5, 10]))
   ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
   ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _log_ppl_axis(ax) -> None:
+  """`_log_axis` labelled as perplexity."""
+  _log_axis(ax)
   ax.set_ylabel("perplexity (per token)")
 
 
@@ -223,14 +252,13 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
   if rows.empty:
     return None
-  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
   _plot_bands(ax, _mean_band(rows, "length", "ppl"))
   length_axis(ax, _train_len(rows))
   _log_ppl_axis(ax)
   ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, band = min..max",
                fontsize=9)
-  ax.legend(fontsize=7, ncol=2)
-  fig.tight_layout()
+  _legend(fig)
   return fig
 
 
@@ -250,15 +278,14 @@ def fig_extensions(frame, protocol: str = "non_overlapping"):
   extended = sorted(rows.loc[rows["extension"].fillna("none") != "none", "scheme"].unique())
   if not extended:
     return None
-  fig, axes = subplots(1, len(extended), figsize=(6 * len(extended), 4.5), dpi=110,
-                           squeeze=False)
+  fig, axes = subplots(1, len(extended), figsize=(1.4 + 5 * len(extended), 4.2), dpi=110,
+                       squeeze=False, layout="constrained")
   for ax, scheme in zip(axes[0], extended):
     _plot_bands(ax, _mean_band(rows[rows["scheme"] == scheme], "length", "ppl"))
     length_axis(ax, _train_len(rows))
     _log_ppl_axis(ax)
     ax.set_title(f"{scheme}: eval-time extensions ({protocol})", fontsize=9)
-    ax.legend(fontsize=7)
-  fig.tight_layout()
+  _legend(fig)
   return fig
 
 
@@ -295,14 +322,13 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
                      "nll": b["nll"]})
   if not bins:
     return None
-  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
   _plot_bands(ax, _mean_band(pd.DataFrame(bins).assign(scheme=lambda d: d["label"]), "x", "nll"))
   length_axis(ax, _train_len(rows))
   ax.set_xlabel("context tokens (position in window + 1)")
   ax.set_ylabel("NLL (nats per token)")
   ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds", fontsize=9)
-  ax.legend(fontsize=7, ncol=2)
-  fig.tight_layout()
+  _legend(fig)
   return fig
 
 
@@ -372,24 +398,26 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
     return None
   cols = min(3, len(grids))
   nrows = -(-len(grids) // cols)
-  fig, axes = subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), dpi=110,
-                           squeeze=False)
+  fig, axes = subplots(nrows, cols, figsize=(1.2 + 3.8 * cols, 0.8 + 2.6 * nrows), dpi=110,
+                       squeeze=False, layout="constrained")
   cmap = RETRIEVAL_CMAP
   train_len = _train_len(rows)
   image = None
   for ax, (label, (lengths, depths, acc)) in zip(axes.flat, grids.items()):
     image = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=7)
-    ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths], fontsize=7)
+    ax.set_xticks(range(len(lengths)), [str(L) for L in lengths], fontsize=8)
+    ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths], fontsize=8)
     inside = [j for j, L in enumerate(lengths) if train_len and L <= train_len]
     if inside:
       ax.axvline(max(inside) + 0.5, color="black", linestyle="--", linewidth=1)
-    ax.set_title(label, fontsize=8)
+    ax.set_title(label, fontsize=9)
   for ax in list(axes.flat)[len(grids):]:
     ax.axis("off")
-  fig.supxlabel(f"context length (tokens); dashed: train_len={train_len}", fontsize=8)
-  fig.supylabel(f"{suite} depth (grey: length skipped)", fontsize=8)
-  fig.suptitle(f"{suite} accuracy (mean over seeds)", fontsize=9)
+  # Constrained layout puts the suptitle, axis labels and colour bar right against the panels
+  # (the default layout left a blank band under the title and above the x label).
+  fig.supxlabel(f"context length (tokens); dashed: train_len={train_len}", fontsize=9)
+  fig.supylabel(f"{suite} depth (grey: length skipped)", fontsize=9)
+  fig.suptitle(f"{suite} accuracy (mean over seeds)", fontsize=10)
   fig.colorbar(image, ax=axes, label="accuracy", fraction=0.03)
   return fig
 
@@ -410,14 +438,13 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   bands = _mean_band(rows, "length", "accuracy") if not rows.empty else {}
   if not bands:
     return None
-  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
   _plot_bands(ax, bands)
   length_axis(ax, _train_len(rows))
   ax.set_ylim(-0.02, 1.02)
   ax.set_ylabel(f"{suite} accuracy")
   ax.set_title(f"{suite} accuracy vs length; mean over seeds, band = min..max", fontsize=9)
-  ax.legend(fontsize=7, ncol=2)
-  fig.tight_layout()
+  _legend(fig)
   return fig
 
 
@@ -441,7 +468,8 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
     return None
   task_col = "task" if "task" in rows else None
   tasks = sorted(rows[task_col].fillna("").unique()) if task_col else [""]
-  fig, axes = subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), dpi=110, squeeze=False)
+  fig, axes = subplots(1, len(tasks), figsize=(1.4 + 5 * len(tasks), 4), dpi=110, squeeze=False,
+                       layout="constrained")
   for ax, task in zip(axes[0], tasks):
     sub = rows[rows[task_col].fillna("") == task] if task_col else rows
     _plot_bands(ax, _mean_band(sub, "size", metric))
@@ -454,8 +482,7 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{task or 'algorithmic'}: {metric.replace('_', ' ')} by size", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-  fig.tight_layout()
+  _legend(fig)
   return fig
 
 
@@ -470,7 +497,7 @@ def fig_attention_vs_length(frame):
   rows = _suite(frame, "attention", None, None)
   if rows.empty or rows["entropy"].dropna().empty:
     return None
-  fig, (ax_e, ax_s) = subplots(1, 2, figsize=(11, 4.5), dpi=110)
+  fig, (ax_e, ax_s) = subplots(1, 2, figsize=(12, 4.5), dpi=110, layout="constrained")
   _plot_bands(ax_e, _mean_band(rows, "length", "entropy"))
   ceiling = rows.dropna(subset=["entropy_uniform"]).groupby("length")["entropy_uniform"].first()
   ax_e.plot(ceiling.index, ceiling.values, color="black", linestyle=":",
@@ -479,11 +506,10 @@ def fig_attention_vs_length(frame):
   for ax, ylabel in ((ax_e, "attention entropy (nats)"), (ax_s, "attention on the BOS (sink)")):
     length_axis(ax, _train_len(rows))
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
   ax_s.set_yscale("log")  # sink mass spans decades (about 1/L), far below 1
   fig.suptitle("Attention diagnostics vs length (mean over layers, heads, windows, seeds)",
-               fontsize=9)
-  fig.tight_layout()
+               fontsize=10)
+  _legend(fig)
   return fig
 
 
@@ -498,13 +524,14 @@ def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
   Returns:
     A Figure.
   """
-  fig, axes = subplots(1, len(maps), figsize=(4 * len(maps), 3.8), dpi=110, squeeze=False)
+  fig, axes = subplots(1, len(maps), figsize=(1 + 4 * len(maps), 3.8), dpi=110, squeeze=False,
+                       layout="constrained")
   image = None
   for ax, (label, m) in zip(axes[0], maps.items()):
     probs = np.asarray(m[layer]).mean(axis=0)[:max_tokens, :max_tokens]
     image = ax.imshow(np.where(probs > 0, probs, np.nan), cmap="viridis",
                       norm=LogNorm(vmin=1e-4, vmax=1), interpolation="nearest")
-    ax.set_title(f"{label}: layer {layer % len(m)}", fontsize=8)
+    ax.set_title(f"{label}: layer {layer % len(m)}", fontsize=9)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
   fig.colorbar(image, ax=axes, label="attention probability (head mean)", fraction=0.03)
@@ -537,13 +564,143 @@ def fig_metric_vs_length(frame, suite: str):
   bands = _mean_band(rows, "length", metric)
   if not bands:
     return None
-  fig, ax = subplots(figsize=(7, 4.5), dpi=110)
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
   _plot_bands(ax, bands)
   length_axis(ax, _train_len(rows))
   ax.set_ylabel(suites_registry.REGISTRY[suite].metric_label or metric)
   ax.set_title(f"{suite}: {metric} vs length; mean over seeds, band = min..max", fontsize=9)
-  ax.legend(fontsize=7, ncol=2)
-  fig.tight_layout()
+  _legend(fig)
+  return fig
+
+
+# Panels of the study's training curves: (metrics.jsonl key, y label, log y axis).
+TRAINING_PANELS = (("loss", "training loss (nats per token)", True),
+                   ("val_loss", "validation loss (nats per token)", True),
+                   ("learning_rate", "learning rate", False),
+                   ("grad_norm", "gradient norm (before clipping)", True),
+                   ("tokens_per_s", "throughput (tokens/s)", False))
+TRAINING_KEYS = tuple(key for key, _, _ in TRAINING_PANELS)
+
+
+def runs_folder(path: str) -> str:
+  """The folder that holds the run folders of a study given as `path`: the folder itself, or the
+  folder of a results .parquet / .csv file (sweeps.collect writes it in the study folder)."""
+  return path if os.path.isdir(path) else (os.path.dirname(path) or ".")
+
+
+def read_training_curves(study_dir: str, frame) -> pd.DataFrame:
+  """The per-step training metrics of the table's runs, read from
+  `<study_dir>/<run>/metrics.jsonl` (runs/metrics.py `read_metrics`).
+
+  Args:
+    study_dir: the folder holding the run folders (see `runs_folder`).
+    frame: the results table; its runs (column `run`) are the runs read, their legend label is
+      `curve_labels` of the model as trained among the runs that have metrics.
+
+  Returns:
+    One row per metrics.jsonl record with a step: run, label, scheme, seed, step and
+    TRAINING_KEYS (NaN where the record lacks one: validation records carry only val_loss), in
+    the order of the labels, then runs, then steps. A run without metrics.jsonl there has no
+    rows (when no run has one: an empty frame with those columns).
+  """
+  columns = ["run", "label", "scheme", "seed", "step", *TRAINING_KEYS]
+  logged = {}
+  for run in dict.fromkeys(frame["run"]):
+    records = [r for r in read_metrics(os.path.join(study_dir, str(run)))
+               if r.get("step") is not None]
+    if records:
+      logged[run] = records
+  runs = frame.drop_duplicates("run")
+  runs = runs[runs["run"].isin(list(logged))].assign(extension="none")
+  records = []
+  if not runs.empty:
+    for _, run in runs.assign(label=curve_labels(runs)).sort_values(["label", "run"]).iterrows():
+      records += [{"run": run["run"], "label": run["label"], "scheme": run.get("scheme"),
+                   "seed": run.get("seed"), "step": r["step"],
+                   **{k: r.get(k) for k in TRAINING_KEYS}} for r in logged[run["run"]]]
+  curves = pd.DataFrame.from_records(records, columns=columns)
+  for key in TRAINING_KEYS:
+    curves[key] = pd.to_numeric(curves[key], errors="coerce")
+  return curves
+
+
+def training_curves_note(frame, curves, study_dir: str | None = None) -> str:
+  """One plain sentence on the runs of the table that have no training curves in `curves`
+  (read_training_curves from `study_dir`, named in the sentence when given), "" when every run
+  has them."""
+  runs = list(dict.fromkeys(frame["run"]))
+  missing = [r for r in runs if r not in set(curves["run"])]
+  if not missing:
+    return ""
+  where = f" (looked in {study_dir})" if study_dir else ""
+  if len(missing) == len(runs):
+    return ("No training curves: they are drawn from each run's metrics.jsonl, which needs the "
+            f"run folders, <root>/<study>/<run>/{where}, and this table holds only each run's "
+            "final losses (final_train_loss, final_val_loss). Give the study folder where the "
+            "run folders are: to python -m sweeps.report as its argument or as --runs, to the "
+            "notebook as RESULTS or RUNS.")
+  return (f"No metrics.jsonl for {len(missing)} of the {len(runs)} runs{where}, so no training "
+          f"curves for them: {', '.join(map(str, missing))}.")
+
+
+def fig_training_curves(curves, mean: bool = False):
+  """The study's training curves: training loss, validation loss, learning rate, gradient norm
+  and throughput against the optimizer step, one panel each, the legend in the sixth.
+
+  Args:
+    curves: read_training_curves's frame.
+    mean: one line per scheme (label): the mean over its runs (seeds) at each step, band =
+      min..max; else (the default) one line per run, the seeds of a scheme in its colour, line
+      style and marker (`scheme_style`).
+
+  Returns:
+    A Figure, or None if `curves` has no training loss. Every line's gid is its run (its label
+    with `mean`); a panel no run logged says so.
+  """
+  if curves.empty or curves["loss"].dropna().empty:
+    return None
+  labels = list(dict.fromkeys(curves["label"]))
+  fig, axes = subplots(2, 3, figsize=(12, 6.5), dpi=110, sharex=True, layout="constrained")
+  panels = list(axes.flat)
+  for ax, (key, ylabel, log) in zip(panels, TRAINING_PANELS):
+    points = curves.dropna(subset=[key])
+    for label in labels:
+      style = _style(label, [])
+      rows = points[points["label"] == label]
+      groups = ([(label, rows.groupby("step")[key].agg(["mean", "min", "max"]))] if mean else
+                [(run, one.set_index("step")[key].sort_index().to_frame("mean"))
+                 for run, one in rows.groupby("run", sort=False)])
+      for gid, line in groups:
+        if line.empty:
+          continue
+        every = 1 if key == "val_loss" else max(1, len(line) // 6)
+        drawn, = ax.plot(line.index, line["mean"], color=style["color"],
+                         linestyle=style["linestyle"], marker=style["marker"], markersize=4,
+                         markevery=every, linewidth=1.1, alpha=0.9, label=label, gid=gid)
+        if mean and (line["max"] > line["min"]).any():
+          ax.fill_between(line.index, line["min"], line["max"], color=drawn.get_color(),
+                          alpha=0.2)
+    if points.empty:
+      ax.text(0.5, 0.5, f"no {key} in metrics.jsonl", transform=ax.transAxes, ha="center",
+              va="center", fontsize=9, color="gray")
+    elif log and (points[key] > 0).all():
+      _log_axis(ax)
+    elif key == "tokens_per_s":
+      ax.set_ylim(0, 1.1 * points[key].max())
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+  for ax in (*axes[1][:2], axes[0][2]):  # the panel above the legend's slot labels its steps
+    ax.set_xlabel("optimizer step")
+  axes[0][2].tick_params(labelbottom=True)
+  legend_ax = panels[-1]
+  legend_ax.axis("off")
+  handles = [Line2D([], [], markersize=5, **_style(label, []))
+             for label in labels]
+  what = "mean over seeds, band = min..max" if mean else "one line per run, seeds share a style"
+  legend_ax.legend(handles, labels, loc="center", fontsize=LEGEND_FONTSIZE,
+                   ncol=1 if len(labels) <= 12 else 2, title=what,
+                   title_fontsize=LEGEND_FONTSIZE)
+  fig.suptitle(f"Training curves of {curves['run'].nunique()} runs (metrics.jsonl)", fontsize=10)
   return fig
 
 
@@ -580,8 +737,8 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
   return [(i, caption, fig) for i, caption, fig in figures if fig is not None]
 
 
-def png_bytes(fig) -> bytes:
-  """`fig` as PNG bytes (for an HTML report)."""
+def png_bytes(fig, dpi: float | None = None) -> bytes:
+  """`fig` as PNG bytes (for an HTML report), at `dpi` (default: the figure's own)."""
   buffer = io.BytesIO()
-  fig.savefig(buffer, format="png")
+  fig.savefig(buffer, format="png", dpi=dpi if dpi is not None else "figure")
   return buffer.getvalue()

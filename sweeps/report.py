@@ -3,12 +3,17 @@
 Reads the study's results table (`results.parquet`, else `results.csv`; collecting the study
 folder again, in memory, with sweeps.collect if it has neither or if some run's results are
 newer), draws every figure of `sweeps.figures.study_figures` (the ones the notebooks show) as
-embedded PNG images, and adds the summary table (sweeps.collect.summarize; click a column header
-to sort; blanks last) and the runs. The page needs no other file, so it can be mailed or
-attached as is.
+embedded PNG images, then the training curves of every run (`sweeps.figures.fig_training_curves`,
+from the runs' metrics.jsonl: in the study folder, the folder of the results file, or --runs; a
+table without its run folders gets a sentence saying so instead), and adds the summary table
+(sweeps.collect.summarize; mean ± std over seeds in one cell; click a column header to sort;
+blanks last) and the runs. A figure of one panel is shown at half the page's width (two to a
+row), a grid of panels at the page's width; a click enlarges a figure to the page's width and
+back. The page needs no other file, so it can be mailed or attached as is.
 
   python -m sweeps.report workdirs/sweeps/pe_extrapolation_cpu        # -> <study>/report.html
   python -m sweeps.report results/pe_extrapolation_cpu.parquet --out=/tmp/report.html
+  python -m sweeps.report <results>.parquet --runs=<root>/<study>     # run folders elsewhere
 """
 
 from __future__ import annotations
@@ -26,11 +31,47 @@ from absl import app, flags
 from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
 from sweeps import collect
-from sweeps.figures import png_bytes, read_table, study_figures, study_table_path
+from sweeps.figures import (fig_training_curves, png_bytes, read_table, read_training_curves,
+                            runs_folder, study_figures, study_table_path, training_curves_note)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "output .html path (default: <study>/report.html, or "
                     "<table stem>_report.html beside a results file)")
+flags.DEFINE_string("runs", None, "folder holding the run folders (<root>/<study>) whose "
+                    "metrics.jsonl the training curves are drawn from (default: the study folder "
+                    "given, or the folder of the results file)")
+
+# The page's style: figures of one panel at half the page's width, two to a row, figures wider
+# than WIDE_INCHES (grids of panels) at the page's width; a click enlarges a figure to the page's
+# width and back. Table headers wrap; a table still wider than the page scrolls in its box.
+STYLE = """<style>
+body{font-family:sans-serif;margin:2em auto;padding:0 1.5em;max-width:1200px;color:#222}
+.figures{display:flex;flex-wrap:wrap;gap:1.5em 2%;align-items:flex-start}
+figure{margin:0;flex:0 0 49%}
+figure.wide,figure.enlarged{flex-basis:100%}
+figure img{display:block;width:100%;height:auto;cursor:zoom-in}
+figure.enlarged img{cursor:zoom-out}
+figcaption{font-size:14px;color:#444;margin-top:.3em}
+.table-box{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;font-size:12px}
+td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}
+td{white-space:nowrap}
+th{background:#f4f4f4;vertical-align:bottom}
+p.note{background:#fff8e1;border-left:4px solid #e69f00;padding:.5em .8em}
+</style>"""
+# Click a figure to enlarge it to the page's width, again to shrink it back.
+ZOOM_SCRIPT = """
+<script>
+document.querySelectorAll("figure img").forEach(img => {
+  img.title = "click to enlarge / shrink";
+  img.addEventListener("click", () => img.closest("figure").classList.toggle("enlarged"));
+});
+</script>
+"""
+# A figure wider than this (inches) is a grid of panels: shown at the page's width, not half.
+WIDE_INCHES = 8.0
+# The embedded PNGs' resolution: sharp at half the page's width and when enlarged.
+PNG_DPI = 144
 
 # Click-to-sort for the summary table (no library: the page must stand alone).
 SORT_SCRIPT = """
@@ -40,7 +81,9 @@ document.querySelectorAll("table.sortable th").forEach((th, col) => {
   th.addEventListener("click", () => {
     const body = th.closest("table").tBodies[0];
     const asc = th.dataset.asc !== "1"; th.dataset.asc = asc ? "1" : "0";
-    const key = r => { const t = r.cells[col].innerText.trim(); const n = Number(t);
+    const number = /^-?[0-9.]+(e[-+]?[0-9]+)?( ± .*)?$/i;  // "mean ± std" sorts by its mean
+    const key = r => { const t = r.cells[col].innerText.trim();
+                       const n = number.test(t) ? parseFloat(t) : NaN;
                        return t === "" ? null : isNaN(n) ? t : n; };
     [...body.rows].sort((a, b) => { const x = key(a), y = key(b);
         if (x === null || y === null) return (x === null) - (y === null);  // blanks last
@@ -114,14 +157,42 @@ def _cell(value) -> str:
   return "''" if value == "" else str(value)
 
 
+def mean_std_columns(table: pd.DataFrame) -> pd.DataFrame:
+  """`table` with each pair of columns `<m>_mean`, `<m>_std` shown as one column
+  `<m> (mean ± std)` of text "4.05 ± 0.071" (4 significant digits, 2 for the std; the mean alone
+  where the std is empty, e.g. one seed), in the place of `<m>_mean`."""
+  out = table.copy()
+  for column in list(out.columns):
+    base = column[:-len("_mean")]
+    if not column.endswith("_mean") or f"{base}_std" not in out:
+      continue
+    text = [("" if pd.isna(m) else f"{m:.4g}" if pd.isna(s) else f"{m:.4g} ± {s:.2g}")
+            for m, s in zip(pd.to_numeric(out[column], errors="coerce"),
+                            pd.to_numeric(out[f"{base}_std"], errors="coerce"))]
+    out[column] = text
+    out = out.drop(columns=f"{base}_std").rename(columns={column: f"{base} (mean ± std)"})
+  return out
+
+
 def _table_html(table: pd.DataFrame) -> str:
-  """A sortable HTML table of the varying columns, the constant ones said once above it."""
+  """A sortable HTML table of the varying columns (mean and std in one cell,
+  `mean_std_columns`), the constant ones said once above it, in a box that scrolls sideways
+  if the table is wider than the page."""
   varying, constant = split_constant_columns(table)
   same = ("<p class='constants'>Same in every row: " + ", ".join(
       f"{html.escape(str(k))} = {html.escape(_cell(v))}"
       for k, v in constant.items()) + "</p>") if constant else ""
-  return same + varying.to_html(index=False, float_format="{:.4g}".format, na_rep="",
-                                classes="sortable")
+  return same + "<div class='table-box'>" + mean_std_columns(varying).to_html(
+      index=False, float_format="{:.4g}".format, na_rep="", classes="sortable") + "</div>"
+
+
+def _figure_html(fig_id: str, caption: str, fig) -> str:
+  """A figure as an embedded PNG (PNG_DPI), of class `wide` if wider than WIDE_INCHES."""
+  data = base64.b64encode(png_bytes(fig, dpi=PNG_DPI)).decode("ascii")
+  wide = " class='wide'" if fig.get_size_inches()[0] > WIDE_INCHES else ""
+  return (f"<figure id='fig-{fig_id}'{wide}><img alt='{fig_id}' "
+          f"src='data:image/png;base64,{data}'><figcaption>{html.escape(caption)} (click to "
+          "enlarge)</figcaption></figure>")
 
 
 def training_mix_note(frame: pd.DataFrame) -> str:
@@ -138,28 +209,49 @@ def training_mix_note(frame: pd.DataFrame) -> str:
           "final_val_loss and the perplexities are on held-out text only.")
 
 
-def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
+TRAINING_CURVES_CAPTION = ("Training loss, validation loss, learning rate, gradient norm and "
+                           "throughput against the optimizer step, one line per run (its "
+                           "metrics.jsonl), the seeds of a scheme in its colour")
+
+
+def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = None,
+                 runs_dir: str | None = None) -> tuple[str, list[str]]:
   """The HTML page of a results table and the ids of the figures it embeds.
 
-  Every figure is `<figure id="fig-<id>"><img alt="<id>" src="data:image/png;base64,...">`.
+  Args:
+    frame: the results table.
+    title: the page's title.
+    curves: the runs' training curves (sweeps.figures.read_training_curves), drawn after the
+      study figures as figure `training_curves` in the section "Training curves"; a note there
+      names the runs without curves, or says plainly that the curves need the run folders when
+      no run has any (or `curves` is None).
+    runs_dir: the folder `curves` were read from, named in that note.
+
+  Every figure is `<figure id='fig-<id>'><img alt='<id>' src='data:image/png;base64,...' ...>`.
   """
   figures = study_figures(frame)
+  if curves is None:
+    curves = read_training_curves("", frame.iloc[:0])  # no run folder: no curves
+  curves_fig = fig_training_curves(curves)
+  curves_note = training_curves_note(frame, curves, runs_dir)
   parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-           "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}"
-           "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
-           "padding:2px 6px;text-align:right}img{max-width:100%}</style></head><body>",
+           STYLE, "</head><body>",
            f"<h1>{html.escape(title)}</h1>",
            f"<p>{frame['run'].nunique()} runs, {len(frame)} result rows; schemes: "
            f"{html.escape(', '.join(sorted(map(str, frame['scheme'].dropna().unique()))))}. "
            f"Generated {datetime.datetime.now():%Y-%m-%d %H:%M} by python -m sweeps.report.</p>",
            "<h2>Contents</h2><ul>"]
   parts += [f"<li><a href='#fig-{i}'>{html.escape(c)}</a></li>" for i, c, _ in figures]
-  parts.append("<li><a href='#summary'>Summary table</a></li><li><a href='#runs'>Runs</a></li>"
+  parts.append("<li><a href='#training-curves'>Training curves</a></li>"
+               "<li><a href='#summary'>Summary table</a></li><li><a href='#runs'>Runs</a></li>"
                "</ul>")
-  for i, caption, fig in figures:
-    data = base64.b64encode(png_bytes(fig)).decode("ascii")
-    parts.append(f"<figure id='fig-{i}'><img alt='{i}' src='data:image/png;base64,{data}'>"
-                 f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+  parts += ["<div class='figures'>", *[_figure_html(*f) for f in figures], "</div>"]
+  parts.append("<h2 id='training-curves'>Training curves</h2>")
+  if curves_fig is not None:
+    figures.append(("training_curves", TRAINING_CURVES_CAPTION, curves_fig))
+    parts.append("<div class='figures'>" + _figure_html(*figures[-1]) + "</div>")
+  if curves_note:
+    parts.append(f"<p class='note training-curves-note'>{html.escape(curves_note)}</p>")
   summary = collect.summarize(frame) if (frame["suite"].isin(["ppl_vs_length", "passkey"])).any() \
       else pd.DataFrame()
   parts.append("<h2 id='summary'>Summary (mean and sample std over seeds; click a header to "
@@ -176,24 +268,36 @@ def build_report(frame: pd.DataFrame, title: str) -> tuple[str, list[str]]:
   if mix:
     parts.append(f"<p class='training-mix'>{html.escape(mix)}</p>")
   parts.append(_table_html(frame.drop_duplicates("run")[run_cols]))
-  parts.append(SORT_SCRIPT + "</body></html>")
+  parts.append(SORT_SCRIPT + ZOOM_SCRIPT + "</body></html>")
   return "\n".join(parts), [i for i, _, _ in figures]
 
 
-def write_report(path: str, out: str | None = None) -> tuple[str, list[str]]:
+def write_report(path: str, out: str | None = None,
+                 runs: str | None = None) -> tuple[str, list[str]]:
   """Writes the report of the study or table at `path` (see `load_study_table`) to `out`
   atomically; returns (the output path, the figure ids).
 
+  Args:
+    path: a study folder or a results .parquet / .csv file.
+    out: the .html path (default: <study>/report.html, or <table stem>_report.html).
+    runs: the folder holding the run folders whose metrics.jsonl give the training curves
+      (default: `path`'s, sweeps.figures.runs_folder).
+
   Raises:
-    ConfigError: see `load_study_table`; `out` is a folder or does not end in .html.
+    ConfigError: see `load_study_table`; `out` is a folder or does not end in .html; `runs` is
+      not a folder.
   """
   if out is not None and (os.path.isdir(out) or not out.endswith(".html")):
     raise ConfigError(f"--out={out} must be an .html file path (not a folder)")
+  if runs is not None and not os.path.isdir(runs):
+    raise ConfigError(f"--runs={runs} is not a folder (expected <root>/<study>, holding the "
+                      "run folders)")
   frame, name = load_study_table(path)
   if out is None:
     out = (os.path.join(path, "report.html") if os.path.isdir(path)
            else os.path.splitext(path)[0] + "_report.html")
-  page, ids = build_report(frame, f"Study {name}")
+  runs_dir = runs if runs is not None else runs_folder(path)
+  page, ids = build_report(frame, f"Study {name}", read_training_curves(runs_dir, frame), runs_dir)
 
   def write(tmp):
     with open(tmp, "w", encoding="utf-8") as f:
@@ -208,11 +312,13 @@ def main(argv):
           f"[--out=report.html]; got {len(argv) - 1} arguments", file=sys.stderr)
     sys.exit(2)
   try:
-    out, ids = write_report(argv[1], FLAGS.out)
+    out, ids = write_report(argv[1], FLAGS.out, FLAGS.runs)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  print(f"wrote {out} ({len(ids)} figures: {', '.join(ids)})")
+  print(f"wrote {out} ({len(ids)} figures: {', '.join(ids)})"
+        + ("" if "training_curves" in ids else "; no training curves (no run folder with a "
+           "metrics.jsonl; see the report)"))
 
 
 if __name__ == "__main__":

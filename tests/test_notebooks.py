@@ -2,6 +2,7 @@
 `python -m sweeps.report` writes one HTML page holding every figure."""
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,8 @@ import pytest
 from nbclient import NotebookClient
 
 import train
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
 from sweeps import collect, figures, report
 from tests.conftest import tiny_config
 from tests.fake_study import GROWTH, write_fake_study
@@ -79,17 +82,19 @@ def test_report_embeds_every_figure(study, tmp_path):
   assert result.returncode == 0, result.stderr
   with open(out) as f:
     page = f.read()
+  # the fake study's text runs log metrics.jsonl: the training curves come last
   want = ["ppl_vs_length_non_overlapping", "extensions_non_overlapping",
           "loss_by_position_non_overlapping", "passkey_heatmaps", "passkey_vs_length",
-          "attention_vs_length", "algorithmic"]
+          "attention_vs_length", "algorithmic", "training_curves"]
   assert f"({len(want)} figures: {', '.join(want)})" in result.stdout
   for fig_id in want:
-    match = re.search(rf"<figure id='fig-{fig_id}'><img alt='{fig_id}' "
+    match = re.search(rf"<figure id='fig-{fig_id}'( class='wide')?><img alt='{fig_id}' "
                       r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'>", page)
     assert match, fig_id
-    assert base64.b64decode(match.group(1))[:8] == b"\x89PNG\r\n\x1a\n"
+    assert base64.b64decode(match.group(2))[:8] == b"\x89PNG\r\n\x1a\n"
   assert page.count("<figure") == len(want)
-  assert "class=\"dataframe sortable\"" in page and "ratio_8x_1x_mean" in page
+  assert "class=\"dataframe sortable\"" in page and "ratio_8x_1x" in page
+  assert "No metrics.jsonl for 2 of the 8 runs" in page and "kind=rope,task=copy" in page
   # A study folder without a table is collected first; a bad path is one line, exit 2.
   bare = shutil.copytree(study, str(tmp_path / "bare"),
                          ignore=shutil.ignore_patterns("results.*", "summary.csv"))
@@ -213,7 +218,7 @@ def test_the_report_of_a_folder_collects_again_when_runs_are_newer(study, tmp_pa
   assert "warning: left out 1 file(s) of run kind=alibi,seed=1" in result.stderr
 
 
-@pytest.mark.parametrize("name,pictures", [("extrapolation", 3), ("retrieval", 2),
+@pytest.mark.parametrize("name,pictures", [("extrapolation", 4), ("retrieval", 2),
                                           ("algorithmic", 1)])
 def test_table_notebooks_run_headless(name, pictures, study, tmp_path):
   nb = run_notebook(name, f"RESULTS = {os.path.join(study, 'results.parquet')!r}", tmp_path)
@@ -244,4 +249,131 @@ def test_notebooks_run_on_the_committed_study_results(tmp_path):
   frame = pd.read_parquet(committed)
   assert frame["run"].nunique() >= 9
   for name in NOTEBOOKS:
-    run_notebook(name, "WORKDIRS = []", tmp_path)
+    nb = run_notebook(name, "WORKDIRS = []", tmp_path)
+    if name == "extrapolation":  # the table alone: the curves need the run folders, and say so
+      printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                        for o in c.outputs)
+      assert "No training curves: they are drawn from each run's metrics.jsonl" in printed
+      assert images(nb) == 3
+
+
+SCHEMES = ("alibi", "none", "rope")  # the fake study's text runs; its copy-task runs log nothing
+
+
+def write_training_metrics(study: str) -> None:
+  """Known training curves in the text runs' metrics.jsonl: every 10 steps to 100, scheme k of
+  SCHEMES and seed s logging loss 3 + k + 0.1 s - 0.01 step, learning rate 1e-5 step, gradient
+  norm 1 + k, 1000 (k + 1) + s tokens/s, and every 50 steps a validation loss 2 + k + 0.1 s."""
+  for k, scheme in enumerate(SCHEMES):
+    for seed in (0, 1):
+      with open(os.path.join(study, f"kind={scheme},seed={seed}", "metrics.jsonl"), "w") as f:
+        for step in range(0, 101, 10):
+          f.write(json.dumps({"step": step, "loss": 3 + k + 0.1 * seed - 0.01 * step,
+                              "learning_rate": 1e-5 * step, "grad_norm": 1.0 + k,
+                              "tokens_per_s": 1000.0 * (k + 1) + seed}) + "\n")
+          if step % 50 == 0:
+            f.write(json.dumps({"step": step, "val_loss": 2 + k + 0.1 * seed}) + "\n")
+
+
+def test_study_training_curves_have_one_line_per_run_in_its_schemes_colour(study, tmp_path):
+  copy = shutil.copytree(study, str(tmp_path / "study"))
+  write_training_metrics(copy)
+  frame = figures.read_table(os.path.join(copy, "results.parquet"))
+  curves = figures.read_training_curves(copy, frame)
+  runs = [f"kind={scheme},seed={seed}" for scheme in SCHEMES for seed in (0, 1)]
+  assert list(dict.fromkeys(curves["run"])) == runs  # the copy-task runs have no metrics.jsonl
+  fig = figures.fig_training_curves(curves)
+  panels = fig.axes[:5]
+  assert [a.get_ylabel().split(" (")[0] for a in panels] == [
+      "training loss", "validation loss", "learning rate", "gradient norm", "throughput"]
+  for ax in panels:
+    lines = [l for l in ax.get_lines() if l.get_gid()]
+    assert [l.get_gid() for l in lines] == runs
+    assert [l.get_color() for l in lines] == [
+        figures.scheme_style(run.split(",")[0][len("kind="):])["color"] for run in runs]
+  assert len({l.get_color() for l in panels[0].get_lines()}) == 3  # seeds share their colour
+  lines = {l.get_gid(): l for l in panels[0].get_lines()}
+  assert list(lines["kind=rope,seed=1"].get_xdata()) == list(range(0, 101, 10))
+  assert list(lines["kind=rope,seed=1"].get_ydata()) == pytest.approx(
+      [5.1 - 0.01 * step for step in range(0, 101, 10)])
+  val = {l.get_gid(): l for l in panels[1].get_lines()}["kind=none,seed=0"]
+  assert list(val.get_xdata()) == [0, 50, 100] and list(val.get_ydata()) == pytest.approx([3] * 3)
+  speed = {l.get_gid(): l for l in panels[4].get_lines()}["kind=alibi,seed=1"]
+  assert set(speed.get_ydata()) == {1001.0}
+  legend = fig.axes[5].get_legend()
+  assert [t.get_text() for t in legend.get_texts()] == list(SCHEMES)
+  assert {t.get_fontsize() for t in legend.get_texts()} == {9.0}
+  # mean over seeds: one line per scheme, the seeds' mean, band = min..max
+  mean = figures.fig_training_curves(curves, mean=True)
+  lines = {l.get_gid(): l for l in mean.axes[0].get_lines()}
+  assert list(lines) == list(SCHEMES)
+  assert list(lines["none"].get_ydata())[:2] == pytest.approx([4.05, 3.95])
+  # metrics.jsonl without some keys: the panel says so; no loss at all: no figure
+  sparse = figures.read_training_curves(study, frame)  # the fake study logs loss and val_loss
+  text = [t.get_text() for t in figures.fig_training_curves(sparse).axes[2].texts]
+  assert text == ["no learning_rate in metrics.jsonl"]
+  assert figures.fig_training_curves(curves.iloc[:0]) is None
+
+
+def test_report_has_the_training_curves_or_says_they_need_the_run_folders(study, tmp_path):
+  copy = shutil.copytree(study, str(tmp_path / "study"))
+  write_training_metrics(copy)
+  out, ids = report.write_report(copy, str(tmp_path / "with_runs.html"))
+  assert ids[-1] == "training_curves"
+  page = open(out).read()
+  assert re.search(r"<h2 id='training-curves'>Training curves</h2>\n<div class='figures'>"
+                   r"<figure id='fig-training_curves' class='wide'><img alt='training_curves' "
+                   r"src='data:image/png;base64,[A-Za-z0-9+/=]+'>", page)
+  assert "No metrics.jsonl for 2 of the 8 runs" in page
+  # The table alone (as results/ holds the committed study): one plain sentence, no figure.
+  alone = tmp_path / "table"
+  alone.mkdir()
+  table = shutil.copy(os.path.join(copy, "results.parquet"), str(alone / "fake.parquet"))
+  result = subprocess.run([sys.executable, "-m", "sweeps.report", table], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr
+  assert "training_curves" not in result.stdout and "no training curves" in result.stdout
+  page = open(str(alone / "fake_report.html")).read()
+  assert "fig-training_curves" not in page and page.count("<figure") == 7
+  assert ("<p class='note training-curves-note'>No training curves: they are drawn from each "
+          "run&#x27;s metrics.jsonl") in page
+  # ... and with --runs naming the study folder, the curves again.
+  _, ids = report.write_report(table, str(tmp_path / "runs.html"), runs=copy)
+  assert ids[-1] == "training_curves"
+  with pytest.raises(report.ConfigError, match="--runs=.* is not a folder"):
+    report.write_report(table, str(tmp_path / "x.html"), runs=str(tmp_path / "nowhere"))
+
+
+def test_figures_read_at_half_the_page_width(study):
+  """Legends at 9 points outside the axes, the heatmap grid without a blank band under its
+  title, single panels at half the page's width and grids of panels at its width (a click
+  enlarges), mean and std in one cell."""
+  frame = figures.read_table(study)
+  for fig in (figures.fig_ppl_vs_length(frame), figures.fig_accuracy_vs_length(frame),
+              figures.fig_attention_vs_length(frame), figures.fig_algorithmic(frame)):
+    (legend,) = [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    assert {t.get_fontsize() for t in legend.get_texts()} == {9.0}
+    assert legend.get_bbox_to_anchor().x0 > legend.axes.get_window_extent().x1  # outside
+  assert max(_gaps(figures.fig_retrieval_grid(frame))) < 0.15  # inches; it was 0.38 here
+  page, _ = report.build_report(frame, "t")
+  assert page.count("<figure id") == 7
+  assert re.findall(r"<figure id='fig-(\w+)' class='wide'>", page) == [
+      "passkey_heatmaps", "attention_vs_length"]
+  assert "figure{margin:0;flex:0 0 49%}" in page and 'classList.toggle("enlarged")' in page
+  table = report.mean_std_columns(pd.DataFrame(
+      {"scheme": ["a", "b"], "ppl_1x_mean": [4.05, 7.0], "ppl_1x_std": [0.0707, None]}))
+  assert list(table.columns) == ["scheme", "ppl_1x (mean ± std)"]
+  assert list(table["ppl_1x (mean ± std)"]) == ["4.05 ± 0.071", "7"]
+
+
+def _gaps(fig) -> tuple[float, float]:
+  """Inches between a grid figure's suptitle and its top panel, and between its bottom panel
+  and its x label."""
+  canvas = FigureCanvasAgg(fig)
+  canvas.draw()
+  renderer = canvas.get_renderer()
+  panels = [ax for ax in fig.axes[:-1] if ax.axison]  # not the colour bar, not blank slots
+  top = max(ax.get_tightbbox(renderer).y1 for ax in panels)
+  bottom = min(ax.get_tightbbox(renderer).y0 for ax in panels)
+  return ((fig._suptitle.get_window_extent(renderer).y0 - top) / fig.dpi,
+          (bottom - fig._supxlabel.get_window_extent(renderer).y1) / fig.dpi)
