@@ -101,7 +101,8 @@ def loss_sum(params, graphdef, batch, pad_id: int):
     weights = batch["weights"].astype(jnp.float32)
   else:
     weights = (batch["targets"] != pad_id).astype(jnp.float32)
-  return (perplexity.model_token_nll(params, graphdef, batch) * weights).sum(), weights.sum()
+  nll = perplexity.model_token_nll(params, graphdef, batch, train=True)
+  return (nll * weights).sum(), weights.sum()
 
 
 def train_step(state, batch, *, graphdef, tx, pad_id: int, grad_accum_steps: int = 1,

@@ -85,7 +85,8 @@ def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
   return logz - picked
 
 
-def model_token_nll(params, graphdef: nnx.GraphDef, batch: dict) -> jax.Array:
+def model_token_nll(params, graphdef: nnx.GraphDef, batch: dict, *, train: bool = False
+                    ) -> jax.Array:
   """Per-token next-token NLL of the model (nats): float32 [batch, seq].
 
   The one forward pass of training (train.py `loss_sum`) and scoring (`make_nll_fn`). When the
@@ -97,10 +98,11 @@ def model_token_nll(params, graphdef: nnx.GraphDef, batch: dict) -> jax.Array:
     params: the Decoder's parameters (pure dict); graphdef: its NNX graph definition.
     batch: int32 [batch, seq] `inputs`, `targets`, `positions`, `segment_ids` (other keys are
       ignored).
+    train: True in the training step (the call is differentiated; `Decoder.__call__`).
   """
   def forward(params, fields):
     model = nnx.merge(graphdef, params)
-    logits = model(fields["inputs"], fields["positions"], fields["segment_ids"])
+    logits = model(fields["inputs"], fields["positions"], fields["segment_ids"], train=train)
     return token_nll(logits.astype(jnp.float32), fields["targets"])
 
   return context_parallel.over_sequence(forward)(params, {k: batch[k] for k in FIELDS})

@@ -84,9 +84,9 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
   return mask
 
 
-# Query chunks per segment up to which attention unrolls a loop with exact key ranges (the
-# fastest form, and differentiable); more chunks run in lax.map over key blocks.
-UNROLLED_CHUNKS = 8
+# Query chunks per segment up to which evaluation unrolls a loop with exact key ranges (the
+# fastest form); more run in lax.map over key blocks (memory flat in the number of chunks).
+UNROLLED_CHUNKS = 2
 
 
 def _concat(parts: list[jax.Array]) -> jax.Array:
@@ -234,7 +234,7 @@ class Attention(nnx.Module):
     self.kernel_blocks = flash.BlockSizes(*dims.kernel_blocks)  # model.kernel_block_* (tokens)
 
   def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array,
-               scheme: PositionalScheme, cache: KVCache | None = None):
+               scheme: PositionalScheme, cache: KVCache | None = None, *, train: bool = False):
     """One attention layer, over a whole sequence or a step of decoding with a KV cache.
 
     Args:
@@ -245,6 +245,8 @@ class Attention(nnx.Module):
         values are cached before rotation, and the scheme's hooks see every cached key each
         call, so cached decoding equals full recomputation for every scheme (dynamic NTK, xPos,
         STRING included).
+      train: the call is differentiated (the training step); chooses the form of the chunk
+        loop (`_attend_segment`), not the values.
 
     Returns:
       [batch, seq, d_model], or ([batch, seq, d_model], the updated KVCache) with a cache.
@@ -277,7 +279,8 @@ class Attention(nnx.Module):
     rotated = self._rotate(q, k, positions, k_positions, scheme)
     vh = _heads(v)
     out = _concat([self._attend_segment(rotated, vh, scheme, positions, k_positions, segment_ids,
-                                        k_segment_ids, *segment) for segment in segments])
+                                        k_segment_ids, *segment, train=train)
+                   for segment in segments])
     wo = self.wo[...].astype(self.dtype)
     out = _heads(out.astype(q.dtype)).reshape(b * s, -1)  # [batch x seq, heads x head_dim]
     out = (out @ wo.reshape(-1, d)).reshape(b, s, d)
@@ -341,24 +344,29 @@ class Attention(nnx.Module):
     return out
 
   def _attend_segment(self, rotated, vh, scheme, positions, k_positions, segment_ids,
-                      k_segment_ids, first: int, rows: int, index, k_end: int) -> jax.Array:
+                      k_segment_ids, first: int, rows: int, index, k_end: int, *,
+                      train: bool = False) -> jax.Array:
     """Attention of the queries [first, first + rows) against the keys [0, k_end), whose first
     query has slot `index` among the keys (causal by index; a Python int, or traced with a KV
     cache or context parallelism). vh: heads-major values [batch, heads, keys, head_dim].
 
     Queries run in chunks of `self.chunk` tokens (model.attention_chunk), and no chunk computes
-    the logits of keys none of its queries may see: those past its last query (causal) and,
-    in a sliding-window layer, those before its first query's window.
-    - Few chunks (at most `UNROLLED_CHUNKS`) with a static `index` (training, short
-      evaluation): an unrolled loop, each chunk against exactly its key range; (n + 1) / 2n of
-      the logits of the full matrix at n chunks.
-    - Otherwise: the whole chunks in `lax.map` (one loop body whatever the length, so the
-      program does not grow with seq and one chunk's values are alive at a time), each over
-      key blocks of `self.chunk` tokens with an online softmax (flash attention's recurrence,
-      Dao et al., arXiv 2205.14135, Alg. 1), a block no query of the chunk can see skipped by
-      `lax.cond`: memory O(rows x chunk) per head, and the triangle above the diagonal is
-      never computed. Schemes whose bias is not blockwise (`bias_blockwise`, CoPE) take each
-      chunk against its whole key range instead. Then the last rows % chunk queries.
+    the logits of keys none of its queries may see where the form allows it: those past its
+    last query (causal) and, in a sliding-window layer, those before its first query's window.
+    - With a static `index` in training (`train`), or with at most `UNROLLED_CHUNKS` chunks: an
+      unrolled loop, each chunk against exactly its key range, (n + 1) / 2n of the logits of
+      the full matrix at n chunks. The fastest differentiable form; in training the backward
+      pass keeps every chunk's probabilities anyway.
+    - Otherwise in evaluation: the whole chunks in `lax.map` (one loop body whatever the
+      length, so the program does not grow with seq and one chunk's values are alive at a
+      time), each over key blocks of `self.chunk` tokens with an online softmax (flash
+      attention's recurrence, Dao et al., arXiv 2205.14135, Alg. 1), a block no query of the
+      chunk can see skipped by `lax.cond`: memory O(rows x chunk) per head, and the triangle
+      above the diagonal is never computed. Schemes whose bias is not blockwise
+      (`bias_blockwise`, CoPE) take each chunk against its whole key range instead.
+    - In training with a traced `index` (context parallelism): the whole chunks in `lax.map`,
+      each against all k_end keys (the key-block loop's backward pass is slow on CPU).
+    Then the last rows % chunk queries, against their exact key range when `index` is static.
 
     Returns:
       heads-major [batch, heads, rows, head_dim] in vh's dtype.
@@ -368,14 +376,14 @@ class Attention(nnx.Module):
     static = isinstance(index, (int, np.integer))
     attend_range = functools.partial(self._attend_range, rotated, vh, scheme, positions,
                                      k_positions, segment_ids, k_segment_ids)
-    if static and -(-rows // chunk) <= UNROLLED_CHUNKS:
+    if static and (train or -(-rows // chunk) <= UNROLLED_CHUNKS):
       return _concat([attend_range(first + c0, min(chunk, rows - c0),
                                    *self._key_range(index + c0, min(chunk, rows - c0), k_end),
                                    index + c0)
                       for c0 in range(0, rows, chunk)])
     parts = []
     if whole:
-      if scheme.bias_blockwise:
+      if scheme.bias_blockwise and not train:
         one = lambda c0: self._attend_blocks(rotated, vh, scheme, positions, k_positions,  # noqa
                                              segment_ids, k_segment_ids, first + c0, chunk,
                                              k_end, index + c0)

@@ -43,22 +43,22 @@ REMAT_POLICIES = {"block": jax.checkpoint_policies.dots_with_no_batch_dims_savea
                   "full": jax.checkpoint_policies.nothing_saveable}
 
 
-def _call_block(block, x, positions, segment_ids, scheme):
-  return block(x, positions, segment_ids, scheme)
-
-
-def remat_block(mode: str):
+def remat_block(mode: str, train: bool = False):
   """`(block, x, positions, segment_ids, scheme) -> block(x, ...)` under `model.remat` = mode:
   "none" (every activation kept for the backward pass) or a key of REMAT_POLICIES (`nnx.remat`
-  of the block call with that policy). Values and gradients are unchanged; only what is kept
-  between the forward and the backward pass (and so the training step's temporary memory) is.
+  of the block call with that policy); `train` is passed to the block (`Decoder.__call__`).
+  Values and gradients are unchanged; only what is kept between the forward and the backward
+  pass (and so the training step's temporary memory) is.
 
   Raises:
     KeyError: an unknown mode (configs/validate.py refuses it first, naming model.remat).
   """
+  def call(block, x, positions, segment_ids, scheme):
+    return block(x, positions, segment_ids, scheme, train=train)
+
   if mode == "none":
-    return _call_block
-  return nnx.remat(_call_block, policy=REMAT_POLICIES[mode])
+    return call
+  return nnx.remat(call, policy=REMAT_POLICIES[mode])
 
 
 class RMSNorm(nnx.Module):
@@ -128,13 +128,15 @@ class Block(nnx.Module):
     self.mlp = MLP(dims, mlp_dim, activation, dtype=dtype, rngs=rngs)
     self.dtype = dtype
 
-  def __call__(self, x, positions, segment_ids, scheme, cache: KVCache | None = None):
-    """x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq].
+  def __call__(self, x, positions, segment_ids, scheme, cache: KVCache | None = None, *,
+               train: bool = False):
+    """x: [batch, seq, d_model]; positions, segment_ids: int32 [batch, seq]; train: see
+    `Attention.__call__`.
 
     Returns [batch, seq, d_model], or (that, the updated KVCache) when `cache` is given.
     """
     h = self.attn_norm(x).astype(self.dtype)
-    attended = self.attention(h, positions, segment_ids, scheme, cache)
+    attended = self.attention(h, positions, segment_ids, scheme, cache, train=train)
     if cache is not None:
       attended, cache = attended
     x = x + attended
@@ -187,9 +189,16 @@ class Decoder(nnx.Module):
           nnx.initializers.normal(m.init_std)(rngs.params(), (m.d_model, m.vocab_size), m.param_dtype),
           logical_axes=("embed", "vocab"))
 
-  def __call__(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array) -> jax.Array:
-    """tokens, positions, segment_ids: int32 [batch, seq] -> float32 logits [batch, seq, vocab]."""
-    return self._forward(tokens, positions, segment_ids, None)[0]
+  def __call__(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array, *,
+               train: bool = False) -> jax.Array:
+    """tokens, positions, segment_ids: int32 [batch, seq] -> float32 logits [batch, seq, vocab].
+
+    train: the call is differentiated (the training step): attention then runs every query
+    chunk in an unrolled loop over its exact key range, the fastest differentiable form; False
+    (evaluation): many chunks run in a loop over key blocks whose memory does not grow with the
+    number of chunks (models/attention.py, `Attention._attend_segment`). Same values either way.
+    """
+    return self._forward(tokens, positions, segment_ids, None, train)[0]
 
   def init_cache(self, batch: int, max_len: int) -> list[KVCache]:
     """An empty KV cache: one `KVCache` per layer, max_len slots (tokens), compute dtype."""
@@ -242,11 +251,11 @@ class Decoder(nnx.Module):
       x = block(x, positions, segment_ids, self.position)
     return out
 
-  def _forward(self, tokens, positions, segment_ids, cache):
+  def _forward(self, tokens, positions, segment_ids, cache, train=False):
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
     x = self.position.embed(x, positions)
     new_cache = []
-    run_block = remat_block(self.remat)
+    run_block = remat_block(self.remat, train)
     for i, block in enumerate(self.blocks):
       if cache is None:
         x = run_block(block, x, positions, segment_ids, self.position)

@@ -106,9 +106,10 @@ def _packed_batch(seq=21, first_doc=6, seed=3):
 @pytest.mark.parametrize("chunk", [8, 2])
 @pytest.mark.parametrize("kind", KINDS)
 def test_query_chunked_attention_matches_full(kind, chunk):
-  """Chunks of 8 queries (3 chunks, the last partial: the unrolled loop over exact key ranges)
-  and of 2 (11 chunks: lax.map over key blocks with the online softmax, keys padded from 21 to
-  22, or CoPE's whole key ranges) give the logits of full attention, two packed documents."""
+  """Chunks of 8 queries (3 chunks, the last partial) and of 2 (11), both more than evaluation
+  unrolls (UNROLLED_CHUNKS): lax.map over key blocks with the online softmax, keys padded to
+  whole blocks (CoPE: whole key ranges), give the logits of full attention, two packed
+  documents."""
   full, _ = make_model(kind, attention_chunk=0)
   chunked, _ = make_model(kind, attention_chunk=chunk)
   batch = _packed_batch()
@@ -116,10 +117,14 @@ def test_query_chunked_attention_matches_full(kind, chunk):
                              rtol=0, atol=2e-5)
 
 
-@pytest.mark.parametrize("kind,window", [(kind, 0) for kind in KINDS] + [("rope", 5), ("cope", 5)])
-def test_key_block_attention_has_the_gradients_of_full_attention(kind, window):
-  """Training through the key-block loop (11 query chunks of 2, lax.map + scan + cond) gives
-  the loss gradients of unchunked attention, with and without a sliding window."""
+@pytest.mark.parametrize("kind,window,train", [(kind, 0, True) for kind in KINDS] + [
+    ("rope", 5, True), ("alibi", 0, False), ("kerple_log", 0, False), ("sandwich", 0, False),
+    ("rope", 5, False), ("cope", 5, False)])
+def test_chunked_attention_has_the_gradients_of_full_attention(kind, window, train):
+  """Gradients through 11 query chunks of 2 equal those of unchunked attention, with and
+  without a sliding window: in training form (train=True: the unrolled loop over exact key
+  ranges) and in evaluation form (lax.map + the key-block scan with lax.cond, also
+  differentiable)."""
   tokens, pos, seg = _packed_batch()
 
   def grads(chunk):
@@ -127,7 +132,7 @@ def test_key_block_attention_has_the_gradients_of_full_attention(kind, window):
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def loss(p):
-      logits = nnx.merge(graphdef, p, rest)(tokens, pos, seg)
+      logits = nnx.merge(graphdef, p, rest)(tokens, pos, seg, train=train)
       return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[..., 0])
 
     return jax.grad(loss)(params)
