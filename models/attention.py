@@ -363,7 +363,8 @@ class Attention(nnx.Module):
       attention's recurrence, Dao et al., arXiv 2205.14135, Alg. 1), a block no query of the
       chunk can see skipped by `lax.cond`: memory O(rows x chunk) per head, and the triangle
       above the diagonal is never computed. Schemes whose bias is not blockwise
-      (`bias_blockwise`, CoPE) take each chunk against its whole key range instead.
+      (`bias_blockwise`, CoPE) take each chunk against its whole key range instead, and so
+      does a segment of one chunk (a decoding step on a KV cache: one product with the cache).
     - In training with a traced `index` (context parallelism): the whole chunks in `lax.map`,
       each against all k_end keys (the key-block loop's backward pass is slow on CPU).
     Then the last rows % chunk queries, against their exact key range when `index` is static.
@@ -383,7 +384,9 @@ class Attention(nnx.Module):
                       for c0 in range(0, rows, chunk)])
     parts = []
     if whole:
-      if scheme.bias_blockwise and not train:
+      # Key blocks when the segment has several chunks; a single short one (a decoding step
+      # or short prefill on a KV cache) takes its keys at once, one product with the cache.
+      if scheme.bias_blockwise and not train and whole > chunk:
         one = lambda c0: self._attend_blocks(rotated, vh, scheme, positions, k_positions,  # noqa
                                              segment_ids, k_segment_ids, first + c0, chunk,
                                              k_end, index + c0)
