@@ -85,7 +85,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.kernel_block_k = 0  # forward key tile.
   c.model.kernel_block_q_bwd = 0  # backward query tile.
   c.model.kernel_block_k_bwd = 0  # backward key tile.
-  c.model.attention_chunk = 128  # query chunk, tokens: attention memory O(seq x chunk); 0 = off.
+  # Query chunk and key block, tokens (models/attention.py): no chunk computes the keys it cannot
+  # see (causal, window); evaluation memory O(seq x chunk); 0 = one chunk of the whole sequence.
+  c.model.attention_chunk = 128
   c.model.remat = "none"  # activation rematerialization per block (training memory vs compute):
                          # "none" | "block" (keep only matmul outputs, recompute the rest) |
                          # "full" (keep only each block's input); models/decoder.py REMAT_POLICIES.
