@@ -87,6 +87,10 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
 # Query chunks per segment up to which evaluation unrolls a loop with exact key ranges (the
 # fastest form); more run in lax.map over key blocks (memory flat in the number of chunks).
 UNROLLED_CHUNKS = 2
+# Query chunks per segment that training unrolls at most: beyond, the chunks widen (a multiple
+# of model.attention_chunk) so that the program stays this size (compiling 782 chunks of 128 at
+# 100,000 tokens took minutes; 16 chunks still skip 15/32 of the logits).
+TRAIN_UNROLLED_CHUNKS = 16
 
 
 def _concat(parts: list[jax.Array]) -> jax.Array:
@@ -356,7 +360,8 @@ class Attention(nnx.Module):
     - With a static `index` in training (`train`), or with at most `UNROLLED_CHUNKS` chunks: an
       unrolled loop, each chunk against exactly its key range, (n + 1) / 2n of the logits of
       the full matrix at n chunks. The fastest differentiable form; in training the backward
-      pass keeps every chunk's probabilities anyway.
+      pass keeps every chunk's probabilities anyway. Training widens its chunks beyond
+      `TRAIN_UNROLLED_CHUNKS` of them.
     - Otherwise in evaluation: the whole chunks in `lax.map` (one loop body whatever the
       length, so the program does not grow with seq and one chunk's values are alive at a
       time), each over key blocks of `self.chunk` tokens with an online softmax (flash
@@ -373,8 +378,12 @@ class Attention(nnx.Module):
       heads-major [batch, heads, rows, head_dim] in vh's dtype.
     """
     chunk = self.chunk if 0 < self.chunk < rows else rows
-    whole = rows - rows % chunk  # queries in whole chunks
     static = isinstance(index, (int, np.integer))
+    if train and static and -(-rows // chunk) > TRAIN_UNROLLED_CHUNKS:
+      # Wider chunks (a multiple of the configured one) keep the unrolled program, and its
+      # compile time, bounded at long lengths.
+      chunk *= -(-rows // (chunk * TRAIN_UNROLLED_CHUNKS))
+    whole = rows - rows % chunk  # queries in whole chunks
     attend_range = functools.partial(self._attend_range, rotated, vh, scheme, positions,
                                      k_positions, segment_ids, k_segment_ids)
     if static and (train or -(-rows // chunk) <= UNROLLED_CHUNKS):
