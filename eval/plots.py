@@ -69,7 +69,8 @@ def plot_ppl_vs_length(results: dict | list[dict], path: str) -> None:
   ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
   ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%.3g"))
   ax.set_xlabel("evaluation length (tokens)")
-  ax.set_ylabel("perplexity (per byte token)")
+  per = "byte" if "byte" in str(result.get("unit", "byte")) else "token"  # the run's token unit
+  ax.set_ylabel(f"perplexity (per {per})")
   protocol = result.get("protocol", "non_overlapping")
   if protocol == "sliding":
     protocol += f", stride {result.get('stride') or 'L/2'}"
@@ -235,8 +236,12 @@ def plot_training_curves(records: list[dict], path: str, title: str = "") -> boo
       ax.set_yscale("log")
       plain = ticker.FuncFormatter(lambda v, _: f"{v:.3g}")
       low, high = ax.get_ylim()
-      ax.yaxis.set_major_formatter(plain)  # minor labels too when less than a decade shows
-      ax.yaxis.set_minor_formatter(plain if high / low < 10 else ticker.NullFormatter())
+      if high / low < 10:  # less than a decade shows: label the minor ticks too
+        ax.yaxis.set_minor_formatter(plain)
+      else:  # labels at 1, 2 and 5 of every decade (a decade's labels alone are too few)
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+      ax.yaxis.set_major_formatter(plain)
     elif key == "tokens_per_s" and points:
       ax.set_ylim(0, 1.1 * max(p[1] for p in points))
     ax.set_ylabel(label, fontsize=8)
