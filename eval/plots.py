@@ -233,15 +233,7 @@ def plot_training_curves(records: list[dict], path: str, title: str = "") -> boo
                 markersize=4, label="validation")
       ax.legend(fontsize=LEGEND_FONTSIZE)
     if log and all(p[1] > 0 for p in points):
-      ax.set_yscale("log")
-      plain = ticker.FuncFormatter(lambda v, _: f"{v:.3g}")
-      low, high = ax.get_ylim()
-      if high / low < 10:  # less than a decade shows: label the minor ticks too
-        ax.yaxis.set_minor_formatter(plain)
-      else:  # labels at 1, 2 and 5 of every decade (a decade's labels alone are too few)
-        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-      ax.yaxis.set_major_formatter(plain)
+      log_axis(ax)
     elif key == "tokens_per_s" and points:
       ax.set_ylim(0, 1.1 * max(p[1] for p in points))
     ax.set_ylabel(label, fontsize=8)
@@ -253,6 +245,20 @@ def plot_training_curves(records: list[dict], path: str, title: str = "") -> boo
   fig.tight_layout()
   save_png(fig, path)
   return True
+
+
+def log_axis(ax) -> None:
+  """Log y axis labelled at 1, 2 and 5 times powers of ten, or at evenly spaced round values
+  when the curves span less than a factor of 10 (else one tick, e.g. "10"); plain numbers.
+  Call after plotting (it reads the axis' limits)."""
+  ax.set_yscale("log")
+  low, high = ax.get_ylim()
+  if high / max(low, 1e-12) > 10:
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+  else:  # within a decade: evenly spaced round values
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 2.5, 5, 10]))
+  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+  ax.yaxis.set_minor_formatter(ticker.NullFormatter())
 
 
 def length_axis(ax, train_len: int | None) -> None:

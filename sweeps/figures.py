@@ -18,12 +18,11 @@ import zlib
 
 import numpy as np
 import pandas as pd
-from matplotlib import ticker
 from matplotlib.colors import LogNorm
 from matplotlib.lines import Line2D
 
 from eval import suites as suites_registry
-from eval.plots import LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, subplots
+from eval.plots import LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, log_axis, subplots
 from runs.metrics import read_metrics
 from sweeps.collect import configuration_columns, runs_newer_than, summarize
 
@@ -194,22 +193,9 @@ def _train_len(frame) -> int | None:
   return int(values[0]) if len(values) == 1 else None
 
 
-def _log_axis(ax) -> None:
-  """Log y axis labelled at 1, 2 and 5 times powers of ten, or at evenly spaced round values
-  when the curves span less than a factor of 10 (else one tick, e.g. "10"); plain numbers."""
-  ax.set_yscale("log")
-  low, high = ax.get_ylim()
-  if high / max(low, 1e-12) > 10:
-    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-  else:  # within a decade: evenly spaced round values
-    ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 2.5, 5, 10]))
-  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
-  ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-
-
 def _log_ppl_axis(ax) -> None:
-  """`_log_axis` labelled as perplexity."""
-  _log_axis(ax)
+  """`log_axis` labelled as perplexity."""
+  log_axis(ax)
   ax.set_ylabel("perplexity (per token)")
 
 
@@ -684,7 +670,7 @@ def fig_training_curves(curves, mean: bool = False):
       ax.text(0.5, 0.5, f"no {key} in metrics.jsonl", transform=ax.transAxes, ha="center",
               va="center", fontsize=9, color="gray")
     elif log and (points[key] > 0).all():
-      _log_axis(ax)
+      log_axis(ax)
     elif key == "tokens_per_s":
       ax.set_ylim(0, 1.1 * points[key].max())
     ax.set_ylabel(ylabel, fontsize=9)
