@@ -102,7 +102,7 @@ def eval_lengths(config) -> list[int]:
 OVERRIDE_ERRORS = (AttributeError, KeyError, TypeError, ValueError)  # what ml_collections raises
 
 
-def exit_bad_override(error: Exception, argv: list[str]):
+def exit_bad_override(error: Exception, argv: list[str], config=None):
   """Prints one line for a `--config.<field>` override ml_collections refused, and exits 2.
 
   ml_collections raises AttributeError/KeyError (a field that does not exist, with a "did you
@@ -112,6 +112,9 @@ def exit_bad_override(error: Exception, argv: list[str]):
   Args:
     error: the exception (one of OVERRIDE_ERRORS or an absl flags.Error).
     argv: sys.argv (its `--config.*` arguments are named in the message).
+    config: the ConfigDict the overrides apply to, if the caller has it; otherwise the parsed
+      --config flag's, or its file loaded again. A field it lacks, with no "did you mean" hint,
+      is reported with the fields that do exist at that level.
 
   Raises:
     SystemExit: always, with status 2.
@@ -139,8 +142,51 @@ def exit_bad_override(error: Exception, argv: list[str]):
   overrides = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
   prefix = (f"a --config override does not match the config ({', '.join(overrides)}): "
             if overrides and not detail.startswith("flag --config.") else "")
-  print(f"error: {prefix}{detail}", file=sys.stderr)
+  fields = []
+  if "Did you mean" not in detail:
+    config = config if config is not None else _parsed_config(argv)
+    fields = [f for f in (_unknown_field(o, config) for o in overrides) if f]
+  print(f"error: {prefix}{detail}{''.join(fields)}", file=sys.stderr)
   sys.exit(2)
+
+
+def _parsed_config(argv: list[str]):
+  """The --config flag's ConfigDict: absl's value if it parsed one before the override failed,
+  else the `--config=<file>[:<arg>]` of argv loaded again (its `get_config`); None if neither."""
+  import importlib.util  # noqa: PLC0415
+
+  from absl import flags  # noqa: PLC0415
+
+  try:
+    if flags.FLAGS["config"].value is not None:
+      return flags.FLAGS["config"].value
+  except (KeyError, AttributeError, flags.Error):
+    pass
+  files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+  if not files:
+    return None
+  path, _, arg = files[-1].partition(":")
+  try:
+    spec = importlib.util.spec_from_file_location("_config_for_error", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+  except Exception:  # noqa: BLE001 -- only a hint for a message that is printed anyway
+    return None
+
+
+def _unknown_field(override: str, config) -> str:
+  """For `--config.a.b.c` naming a field that `config` lacks: "; config.a.b has no field 'c'
+  (its fields: x, y, z)", else "" (the field exists, or config is not a mapping)."""
+  node, path = config, ["config"]
+  for name in override.removeprefix("--").split(".")[1:]:
+    if not hasattr(node, "keys"):
+      return ""
+    if name not in node.keys():
+      return (f"; {'.'.join(path)} has no field {name!r} "
+              f"(its fields: {', '.join(sorted(node.keys()))})")
+    node, path = node[name], path + [name]
+  return ""
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -62,9 +62,12 @@ def define_flags(argv: list[str]) -> None:
     run_config = load_run_config(workdir) if workdir else base.get_config()
   except ConfigError:
     run_config = base.get_config()  # main() reports the bad workdir
-  config_flags.DEFINE_config_dict("config", run_config, "The run's config (override fields with "
-                                  "--config.<field>=...; every field: configs/base.py).",
-                                  lock_config=True)
+  try:
+    config_flags.DEFINE_config_dict("config", run_config, "The run's config (override fields "
+                                    "with --config.<field>=...; every field: configs/base.py).",
+                                    lock_config=True)
+  except OVERRIDE_ERRORS as e:
+    exit_bad_override(e, argv, run_config)
   FLAGS["config"].default_as_str = None  # --help would print the whole config as the default
   flags.DEFINE_string("workdir", None, "A training run's workdir (holds config.json and checkpoints/).")
   flags.DEFINE_integer("step", -1, "Checkpoint step to evaluate; -1 = the latest.")

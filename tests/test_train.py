@@ -222,6 +222,9 @@ def run_cli(args, tmp_path):
     (["--config.model.num_heads=5"], "model.num_heads"),
     (["--config.eval.suitez=passkey"], 'Did you mean "suites"'),  # ml_collections' KeyError
     (["--config.train.num_steps=many"], "--config.train.num_steps=many"),  # wrong type
+    # No near miss: the fields that exist at that level are listed.
+    (["--config.model.foo=1"], "config.model has no field 'foo' (its fields: attention_chunk, "),
+    (["--config.model.position.zz=1"], "(its fields: abf_theta, alibi_interpolation, "),
 ])
 def test_cli_bad_config_fails_in_one_line(args, field, tmp_path):
   proc = run_cli([f"--workdir={tmp_path / 'w'}", *args], tmp_path)
@@ -252,6 +255,19 @@ def test_eval_cli_misspelt_field_fails_in_one_line(tmp_path):
   assert proc.stderr.strip() == ("error: a --config override does not match the config "
                                  "(--config.eval.extensoin): 'extensoin'; Did you mean "
                                  '"extension" instead of "extensoin"?')
+
+
+def test_eval_cli_unknown_field_lists_the_fields_there(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
+  proc = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={tmp_path}",
+                         "--config.eval.foo=1"], capture_output=True, text=True,
+                        cwd=ROOT, env=env, timeout=120)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert proc.stderr.strip() == (
+      "error: a --config override does not match the config (--config.eval.foo): 'foo'; "
+      "config.eval has no field 'foo' (its fields: attention, batch_tokens, extension, factor, "
+      "length_multipliers, max_tokens_per_length, needle, passkey, position_bins, protocol, "
+      "split, stride, suites, window)")
 
 
 def test_eval_config_names_the_model_fields_that_changed(tmp_path):
