@@ -18,10 +18,11 @@ from configs import extension_recipes
 
 def get_config(arg=None):
   """The LongRoPE child of the RoPE run `arg` = `<parent workdir>[,<s>[,<factors.json>]]`."""
-  head, _, path = (arg or "").partition(",")
-  factor, _, path = path.partition(",")
-  arg = head + ("," + factor if factor else "")
+  arg, path = arg or "", None
+  if arg.endswith(".json") and "," in arg:  # the parent's path may hold commas; the file is last
+    arg, _, path = arg.rpartition(",")
   c, _, s = extension_recipes.child_config(arg or None, "configs/extend_longrope.py")
-  for name, value in extension_recipes.longrope_factors(head, s, path or None).items():
+  parent = c.train.init_from
+  for name, value in extension_recipes.longrope_factors(parent, s, path).items():
     c.model.position[name] = value
   return c

@@ -48,13 +48,19 @@ EVAL_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # of the parent's train_len
 def parse_arg(arg: str | None, config_file: str) -> tuple[str, float]:
   """The `--config=<file>:<parent>[,<s>]` argument -> (parent workdir, s).
 
+  The parent's path may hold commas (a study's run names do: `kind=rope,seed=0`): an argument
+  that is an existing folder is the parent; otherwise the part after the last comma is s.
+
   Raises:
     ConfigError: no argument, or s not a number > 1.
   """
   if not arg:
     raise ConfigError(f"{config_file} needs the parent run: --config={config_file}:<parent "
                       f"workdir>[,<factor s, default 4>]")
-  parent, _, factor = arg.partition(",")
+  if os.path.isdir(arg) or "," not in arg:
+    parent, factor = arg, ""
+  else:
+    parent, _, factor = arg.rpartition(",")
   try:
     s = float(factor) if factor else 4.0
   except ValueError:

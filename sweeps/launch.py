@@ -212,13 +212,23 @@ def plan(study: Study, root: str, *, num_devices: int | None, read_state: bool,
   return out
 
 
+def parent_workdir(planned: Planned) -> str | None:
+  """A child run's parent's workdir (its sibling under <root>/<study>); None for other runs."""
+  if planned.run.parent is None:
+    return None
+  return workdirs.join(os.path.dirname(planned.workdir.rstrip("/")), planned.run.parent)
+
+
 def run_steps(planned: Planned, python: str, config_arg: str) -> list[Step]:
   """The commands a pending run needs: train.py unless only evaluations are missing, then the
   eval.run invocations with missing results (all of them when the state is unknown)."""
   run, state = planned.run, planned.state
   steps = []
   if state is None or state.train:
-    argv = run.train_argv(python, config_arg, planned.workdir)
+    parent = parent_workdir(planned)
+    for i, argv in enumerate(run.before_argv(python, planned.workdir, parent or "")):
+      steps.append(Step(f"before {i}", tuple(argv), shlex.join(argv)))
+    argv = run.train_argv(python, config_arg, planned.workdir, parent)
     steps.append(Step("train", tuple(argv), shlex.join(argv), run.train_results))
   for i, command in enumerate(run.evals):
     if state is None or command in state.evals:
@@ -233,7 +243,8 @@ def manifest(study: Study, planned: Sequence[Planned]) -> dict:
   return {
       "study": study.name, "description": study.description, "config": study.config_arg(),
       "common": dict(study.common), "written": datetime.datetime.now().isoformat(timespec="seconds"),
-      "runs": [{"name": p.run.name, "overrides": dict(p.run.overrides),
+      "runs": [{"name": p.run.name, "parent": p.run.parent, "config": p.run.child_config,
+                "overrides": dict(p.run.overrides),
                 "eval_points": [dict(e) for e in p.run.eval_points],
                 "evals": [dict(e.overrides) for e in p.run.evals],
                 "results": [k._asdict() for k in p.run.results]} for p in planned]}
@@ -329,26 +340,54 @@ def _checker(planned: Planned, steps: Sequence[Step]) -> Callable[[int], str]:
   return check
 
 
-def run_all(jobs: Sequence[tuple[str, Callable[[], Outcome]]], parallel: int, desc: str) -> list[Outcome]:
+def run_all(jobs: Sequence[tuple[str, Callable[[], Outcome]]], parallel: int, desc: str,
+            after: dict[str, str] | None = None) -> list[Outcome]:
   """Runs `jobs` ((name, fn() -> Outcome)) `parallel` at a time with a progress bar over jobs;
-  a job that raises is a failed Outcome. Returns the outcomes in the jobs' order."""
+  a job that raises is a failed Outcome. `after` maps a job to the job that must end "ok"
+  before it starts (a child after its parent; a name not among the jobs is already done); a
+  job whose prerequisite failed fails without running. Jobs start in their order as soon as a
+  slot is free and their prerequisite is done. Returns the outcomes in the jobs' order."""
   from tqdm import tqdm
+  after = after or {}
+  names = {name for name, _ in jobs}
   outcomes: dict[str, Outcome] = {}
   bar = tqdm(total=len(jobs), desc=desc, unit="run", dynamic_ncols=True)
   failed = 0
+
+  def finish(name: str, outcome: Outcome) -> None:
+    nonlocal failed
+    outcomes[name] = outcome
+    failed += outcome.status == "failed"
+    bar.set_postfix(failed=failed)
+    bar.write(f"{outcome.status:>9}  {name}  ({_duration(outcome.seconds)})")
+    bar.update(1)
+
+  waiting = list(jobs)
   with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
-    futures = {pool.submit(fn): name for name, fn in jobs}
-    for future in concurrent.futures.as_completed(futures):
-      name = futures[future]
-      try:
-        outcome = future.result()
-      except Exception as e:  # a launcher-side error in one run must not stop the others
-        outcome = Outcome(name, "failed", 0.0, f"{type(e).__name__}: {e}", "")
-      outcomes[name] = outcome
-      failed += outcome.status == "failed"
-      bar.set_postfix(failed=failed)
-      bar.write(f"{outcome.status:>9}  {name}  ({_duration(outcome.seconds)})")
-      bar.update(1)
+    running: dict[concurrent.futures.Future, str] = {}
+    while waiting or running:
+      for name, fn in list(waiting):
+        first = after.get(name)
+        if first in names and first not in outcomes:
+          continue  # its prerequisite has not ended yet
+        if first in outcomes and outcomes[first].status != "ok":
+          waiting.remove((name, fn))
+          finish(name, Outcome(name, "failed", 0.0, f"not run: its parent {first} "
+                               f"{outcomes[first].status}", ""))
+          continue
+        if len(running) < parallel:
+          waiting.remove((name, fn))
+          running[pool.submit(fn)] = name
+      if not running:
+        continue  # everything left was just failed for a failed prerequisite
+      done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+      for future in done:
+        name = running.pop(future)
+        try:
+          outcome = future.result()
+        except Exception as e:  # a launcher-side error in one run must not stop the others
+          outcome = Outcome(name, "failed", 0.0, f"{type(e).__name__}: {e}", "")
+        finish(name, outcome)
   bar.close()
   return [outcomes[name] for name, _ in jobs]
 
@@ -384,7 +423,8 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
   if dry_run:
     print(f"# the commands run in {REPO_ROOT}")
     for p in todo:
-      print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else ""))
+      print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else "")
+            + (f"; warm start from {p.run.parent}" if p.run.parent else ""))
       for step in run_steps(p, python, config_arg):
         print(step.line)
     return []
@@ -392,7 +432,8 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
     steps = run_steps(p, python, config_arg)
     return execute(p.run.name, steps, os.path.join(p.workdir, LOG_NAME), _checker(p, steps))
   jobs = [(p.run.name, lambda p=p: job(p)) for p in todo]
-  return run_all(jobs, parallel, study.name)
+  return run_all(jobs, parallel, study.name,
+                 after={p.run.name: p.run.parent for p in todo if p.run.parent})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -935,6 +976,12 @@ def launch(study_spec: str) -> int:
   planned = plan(study, root, num_devices=num_devices, read_state=read_state,
                  state_root=state_root)
   todo = [p for p in planned if p.pending]
+  children = [p.run.name for p in todo if p.run.parent]
+  if children and (backend == "slurm" or (backend == "tpu" and FLAGS.parallel > 1)):
+    raise LaunchError(f"study {study.name} has warm-started children ({children[0]}, ...): they "
+                      f"start after their parent on --backend=local, or --backend=tpu with "
+                      f"--parallel=1 (runs in order); not on --backend={backend}"
+                      + (f" --parallel={FLAGS.parallel}" if backend == "tpu" else ""))
   print(f"# study {study.name}: {len(planned)} run{'s' * (len(planned) != 1)}, {len(todo)} to run"
         + ("" if read_state else f" ({state_root} not read in a dry run: every run listed)")
         + f"; backend {backend}, root {root}"

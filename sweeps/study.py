@@ -35,6 +35,25 @@ apply `eval.extension`), and an extension or suite added to a finished study cos
 per run, not a retraining. Results are identified by their content (`ResultKey`: suite,
 extension, factor, protocol, stride), which is also how a run is found complete.
 
+**Warm-started children** (context extension: pretrain at L, change the positions, fine-tune
+briefly). A point with the key `"@parent"` is a *child*: its value is the parent's point (the
+parent's training fields, as in the parent's own point), and `"@config"` is the child's train.py
+--config, a config file whose argument names the parent's workdir as `{parent}`:
+
+  {"@parent": {"model.position.kind": "rope", "seed": 0},
+   "@config": "configs/extend_yarn.py:{parent},4"}
+
+The child is trained by `python train.py --config=configs/extend_yarn.py:<root>/<study>/<parent>,4
+--workdir=<root>/<study>/<child> --config.<field>=...` with the child point's own fields only (the
+recipe's config is complete; the study's `common` fields are the parents'), after its parent is
+complete. `"@before"` (optional) lists commands run before the child's training, with `{parent}`,
+`{workdir}` (the child's) and `{python}` filled in (a LongRoPE factor search on the parent); when
+the child's config cannot be built before they ran (the search's factors.json), `"@plan_config"`
+names the config the plan checks instead (same shapes, steps and evaluations). The plan builds
+each child's config from its parent's planned config (written to a temporary workdir), so a dry
+run lists every child before any parent has trained. The child's name is the recipe's file stem
+and its own fields, then `--` and the parent's name (`extend_yarn--kind=rope,seed=0`).
+
 **Run names** are derived from the run's own training fields only, so they are stable when points
 are added: `kind=rope,seed=1`, fields sorted by their short name. A field's short name is its
 alias (`Study.aliases`; `model.position.kind` -> `kind` by default), else the shortest dotted
@@ -49,6 +68,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -56,6 +76,7 @@ import itertools
 import json
 import os
 import re
+import tempfile
 import types
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -71,6 +92,8 @@ NAME_MAX = 120  # characters of a run name (a path component; file systems allow
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEFAULT_ALIASES = {"model.position.kind": "kind"}
 EVAL_PREFIX = "eval."
+PARENT, CHILD_CONFIG, PLAN_CONFIG, BEFORE = "@parent", "@config", "@plan_config", "@before"
+CHILD_KEYS = (PARENT, CHILD_CONFIG, PLAN_CONFIG, BEFORE)
 NOT_FOR_TRAIN = ("eval.extension",)  # train.py evaluates the model as trained: never given these
 # eval.* fields that only change the results of suites with `per_protocol` (perplexity; so they
 # do not make two passkey/needle/algorithmic results differ), and fields that change no result.
@@ -168,8 +191,9 @@ def cross(*point_lists: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- config files
 
 
-def load_config_file(path: str) -> ml_collections.ConfigDict:
-  """Calls `get_config()` of the config file at `path` (as train.py's --config does).
+def load_config_file(path: str, arg: str = "") -> ml_collections.ConfigDict:
+  """Calls `get_config()` of the config file at `path`, or `get_config(arg)` for a non-empty
+  `arg` (as train.py's `--config=<path>[:<arg>]` does).
 
   Raises:
     StudyError: the file does not exist or has no get_config().
@@ -182,7 +206,7 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
   spec.loader.exec_module(module)
   if not callable(getattr(module, "get_config", None)):
     raise StudyError(f"Study.config: {path} defines no get_config()")
-  return module.get_config()
+  return module.get_config(arg) if arg else module.get_config()
 
 
 def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
@@ -421,6 +445,11 @@ class Run:
       the order of the study's points.
     train_results: the results train.py's final evaluation writes.
     evals: the eval.run invocations that give every other result of the evaluation points.
+    parent: a child's parent run name (module docstring, "Warm-started children"); None for a
+      run from scratch.
+    child_config: a child's train.py --config with `{parent}` for the parent's workdir.
+    before: a child's commands before training (templates of `{parent}`, `{workdir}`,
+      `{python}`), each a tuple of arguments.
   """
 
   name: str
@@ -429,6 +458,9 @@ class Run:
   eval_points: tuple[Mapping[str, Any], ...]
   train_results: tuple[ResultKey, ...]
   evals: tuple[EvalCommand, ...]
+  parent: str | None = None
+  child_config: str | None = None
+  before: tuple[tuple[str, ...], ...] = ()
 
   @property
   def num_steps(self) -> int:
@@ -440,10 +472,20 @@ class Run:
     """Every result the run must have to be complete."""
     return self.train_results + tuple(k for e in self.evals for k in e.results)
 
-  def train_argv(self, python: str, config_arg: str, workdir: str) -> list[str]:
-    """`python train.py --config=<config_arg> --workdir=<workdir> --config.<field>=...`."""
+  def train_argv(self, python: str, config_arg: str, workdir: str,
+                 parent_workdir: str | None = None) -> list[str]:
+    """`python train.py --config=<config_arg> --workdir=<workdir> --config.<field>=...`; a
+    child's --config is its `child_config` with `parent_workdir` for `{parent}`."""
+    if self.child_config is not None:
+      config_arg = self.child_config.replace("{parent}", parent_workdir or "{parent}")
     return [python, "train.py", f"--config={config_arg}", f"--workdir={workdir}",
             *config_flags(self.overrides)]
+
+  def before_argv(self, python: str, workdir: str, parent_workdir: str) -> list[list[str]]:
+    """A child's `before` commands with `{python}`, `{workdir}` and `{parent}` filled in."""
+    fill = {"{python}": python, "{workdir}": workdir, "{parent}": parent_workdir}
+    return [[functools.reduce(lambda a, kv: a.replace(*kv), fill.items(), arg) for arg in argv]
+            for argv in self.before]
 
   def eval_argv(self, command: EvalCommand, python: str, workdir: str) -> list[str]:
     """`python -m eval.run --workdir=<workdir> --config.eval.<field>=...` for `command`."""
@@ -533,10 +575,14 @@ class Study:
     common_eval = {k: v for k, v in common.items() if k.startswith(EVAL_PREFIX)}
     shorts = short_names(base, self.aliases)
     groups: dict[str, dict] = {}
+    children = []
     for i, point in enumerate(points):
       if not isinstance(point, Mapping):
         raise StudyError(f"study {self.name!r}: point {i} is a {type(point).__name__}, "
                          "not a dict of dotted field -> value")
+      if any(k in point for k in CHILD_KEYS):
+        children.append((i, point))
+        continue
       both = {**common, **point}
       try:
         resolved = apply_overrides(base, both)
@@ -558,7 +604,112 @@ class Study:
       overrides = {**common_train, **group["train"]}
       config = apply_overrides(base, overrides)
       runs.append(_plan_run(name, overrides, config, common_eval, group["evals"]))
+    by_ident = {ident: run for ident, run in zip(groups, runs)}
+    child_groups: dict[str, list] = {}  # a child's points that differ only in eval.* fields
+    for i, point in children:
+      ident = json.dumps({k: v for k, v in point.items() if not k.startswith(EVAL_PREFIX)},
+                         sort_keys=True, default=repr)
+      child_groups.setdefault(ident, []).append((i, point))
+    for members in child_groups.values():
+      child = self._child_run(members, base, common, by_ident, shorts)
+      if child.name in names:
+        raise StudyError(f"study {self.name!r}: two runs have the same name {child.name!r}")
+      names[child.name] = members[0][1]
+      runs.append(child)
     return runs
+
+  def _child_run(self, members: list[tuple[int, Mapping[str, Any]]],
+                 base: ml_collections.ConfigDict, common: dict, by_ident: dict[str, Run],
+                 shorts: dict[str, str]) -> Run:
+    """The Run of a child's points ((index, point), equal but for their eval.* fields, each
+    an evaluation point; module docstring, "Warm-started children").
+
+    Raises:
+      StudyError: no "@config" or "@parent", a parent that is not a run of the study from
+        scratch, an unknown "@" key, or a child config that cannot be built.
+    """
+    i, point = members[0]
+    where = f"study {self.name!r}, point {i}"
+    unknown = [k for k in point if k.startswith("@") and k not in CHILD_KEYS]
+    if unknown or PARENT not in point or CHILD_CONFIG not in point:
+      raise StudyError(f"{where}: a child point needs {PARENT!r} (the parent's point) and "
+                       f"{CHILD_CONFIG!r} (its --config, with {{parent}}); optional "
+                       f"{PLAN_CONFIG!r}, {BEFORE!r}" + (f"; unknown keys {unknown}" if unknown
+                                                         else ""))
+    parent_point = point[PARENT]
+    if not isinstance(parent_point, Mapping) or any(k in parent_point for k in CHILD_KEYS):
+      raise StudyError(f"{where}: {PARENT!r} must be the parent's point (a dict of its training "
+                       f"fields, the parent a run from scratch); got {parent_point!r}")
+    resolved = apply_overrides(base, {**common, **parent_point})
+    ident = json.dumps({k: get_field(resolved, k) for k in parent_point
+                        if not k.startswith(EVAL_PREFIX)}, sort_keys=True, default=repr)
+    parent = by_ident.get(ident)
+    if parent is None:
+      raise StudyError(f"{where}: its parent {dict(parent_point)} is not a run of the study "
+                       f"(add its point)")
+    for key in (CHILD_CONFIG, PLAN_CONFIG):
+      if key in point and (not isinstance(point[key], str) or "{parent}" not in point[key]):
+        raise StudyError(f"{where}: {key!r} must be a config file with {{parent}} in its "
+                         f"argument, e.g. 'configs/extend_yarn.py:{{parent}},4'; got "
+                         f"{point[key]!r}")
+    before = point.get(BEFORE, ())
+    if isinstance(before, (str, bytes)) or not all(
+        isinstance(c, Sequence) and not isinstance(c, str) and all(isinstance(a, str) for a in c)
+        for c in before):
+      raise StudyError(f"{where}: {BEFORE!r} must be a list of commands, each a list of "
+                       f"arguments (with {{parent}}, {{workdir}}, {{python}}); got {before!r}")
+    fields = {k: v for k, v in point.items()
+              if k not in CHILD_KEYS and not k.startswith(EVAL_PREFIX)}
+    config = _child_config(point[CHILD_CONFIG], point.get(PLAN_CONFIG), parent, where)
+    try:
+      config = apply_overrides(config, fields)
+      eval_points = []
+      for _, member in members:
+        evals = {k: v for k, v in member.items() if k.startswith(EVAL_PREFIX)}
+        resolved = apply_overrides(config, evals)
+        evals = {k: get_field(resolved, k) for k in evals}
+        if evals not in eval_points:
+          eval_points.append(evals)
+    except StudyError as e:
+      raise StudyError(f"{where}: {e}") from None
+    config.train.init_from = "{parent}"
+    train = {k: get_field(config, k) for k in fields}
+    file_part, _, arg = point[CHILD_CONFIG].partition(":")
+    extra = [a for a in arg.split(",") if a and "{parent}" not in a]
+    stem = "_".join([os.path.splitext(os.path.basename(file_part))[0], *extra])
+    own = run_name(train, shorts) if train else ""
+    name = f"{stem}{',' + own if own else ''}--{parent.name}"
+    if len(name) > NAME_MAX:
+      name = f"{name[:NAME_MAX - 9]}_{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    name = re.sub(r"[^A-Za-z0-9._+=,-]", "_", name)
+    run = _plan_run(name, train, config, {}, eval_points)
+    return dataclasses.replace(run, parent=parent.name, child_config=point[CHILD_CONFIG],
+                               before=tuple(tuple(c) for c in before))
+
+
+def _child_config(template: str, plan_template: str | None, parent: Run,
+                  where: str) -> ml_collections.ConfigDict:
+  """A child's config as its recipe builds it from the parent's planned config (written to a
+  temporary workdir); `plan_template` when the recipe needs files that do not exist yet.
+
+  Raises:
+    StudyError: neither template builds a config (naming the recipe's own error).
+  """
+  from runs.workdir import write_run_config  # noqa: PLC0415 -- jax, only for child studies
+
+  with tempfile.TemporaryDirectory() as tmp:
+    write_run_config(tmp, parent.config)
+    errors = []
+    for t in (template, plan_template):
+      if t is None:
+        continue
+      file_part, _, arg = t.partition(":")
+      path = file_part if os.path.isabs(file_part) else os.path.join(REPO_ROOT, file_part)
+      try:
+        return load_config_file(path, arg.replace("{parent}", tmp))
+      except (ConfigError, StudyError) as e:
+        errors.append(f"{t}: {str(e).replace(tmp, '{parent}')}")
+    raise StudyError(f"{where}: the child's config cannot be built: " + "; ".join(errors))
 
 
 def _plan_run(name: str, overrides: dict, config: ml_collections.ConfigDict,

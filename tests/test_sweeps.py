@@ -430,3 +430,134 @@ def test_collect_leaves_out_unreadable_files_with_a_warning_and_refuses_a_run_fo
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert message in bad.stderr
+
+
+# ---------------------------------------------------------------------------- warm-started children
+
+
+def test_run_all_starts_a_child_after_its_parent_and_not_after_a_failed_one():
+  import threading
+  import time
+  order, lock = [], threading.Lock()
+
+  def job(name, status, seconds):
+    def fn():
+      with lock:
+        order.append(("start", name))
+      time.sleep(seconds)
+      with lock:
+        order.append(("end", name))
+      return launch.Outcome(name, status, seconds, "", "")
+    return fn
+
+  jobs = [("p1", job("p1", "ok", 0.3)), ("p2", job("p2", "failed", 0.05)),
+          ("c1", job("c1", "ok", 0.0)), ("c2", job("c2", "ok", 0.0)),
+          ("free", job("free", "ok", 0.0))]
+  outcomes = launch.run_all(jobs, 2, "test", after={"c1": "p1", "c2": "p2", "free": "done_before"})
+  status = {o.run: o.status for o in outcomes}
+  assert status == {"p1": "ok", "p2": "failed", "c1": "ok", "c2": "failed", "free": "ok"}
+  assert [o.detail for o in outcomes if o.run == "c2"] == ["not run: its parent p2 failed"]
+  assert ("start", "c2") not in order
+  assert order.index(("start", "c1")) > order.index(("end", "p1"))
+  # While p1 runs, the slot p2 freed goes to "free" (its prerequisite is not a job here).
+  assert order.index(("start", "free")) < order.index(("end", "p1"))
+
+
+def test_recipe_arguments_accept_a_parent_path_with_commas(tmp_path):
+  from configs import extension_recipes
+  parent = tmp_path / "kind=rope,seed=0"
+  parent.mkdir()
+  assert extension_recipes.parse_arg(str(parent), "f") == (str(parent), 4.0)
+  assert extension_recipes.parse_arg(f"{parent},8", "f") == (str(parent), 8.0)
+  with pytest.raises(ConfigError, match="must be a number > 1"):
+    extension_recipes.parse_arg(f"{parent},x", "f")
+
+
+def test_context_extension_study_lists_every_child_with_its_parent():
+  dry = launch_cli("sweeps/context_extension_cpu.py", "--backend=local", "--root=/tmp/none",
+                   "--dry-run", "--num_devices=1")
+  assert dry.returncode == 0, dry.stderr[-3000:]
+  runs = [line for line in dry.stdout.splitlines() if line.startswith("# run ")]
+  parents = [r for r in runs if "warm start" not in r]
+  children = [r for r in runs if "warm start" in r]
+  assert len(parents) == 6 and len(children) == 2 * 8 + 2 * 3, runs
+  for method in ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope"):
+    for seed in (0, 1):
+      name = f"extend_{method}_4--kind=rope,seed={seed},shuffle_seed={seed}"
+      assert (f"# run {name} (to train); warm start from kind=rope,seed={seed},"
+              f"shuffle_seed={seed}") in runs
+      assert (f"--config=configs/extend_{method}.py:/tmp/none/context_extension_cpu/"
+              f"kind=rope,seed={seed},shuffle_seed={seed},4 ") in dry.stdout
+  # LongRoPE's factor search runs on the parent before its child trains.
+  lines = dry.stdout.splitlines()
+  search = next(i for i, l in enumerate(lines) if "sweeps.longrope_search" in l)
+  assert "--workdir=/tmp/none/context_extension_cpu/kind=rope,seed=0,shuffle_seed=0" in lines[search]
+  assert "extend_longrope.py" in lines[search + 1]
+
+
+def test_a_parent_and_its_child_run_in_order_and_collect_with_the_parent_column(text_corpus,
+                                                                                 tmp_path):
+  tiny = tiny_config(text_corpus, "rope")
+  tiny.train.num_steps = tiny.train.checkpoint_every_steps = 4
+  tiny.train.warmup_steps = 1
+  tiny.eval.length_multipliers = (1.0, 2.0)
+  tiny.eval.max_tokens_per_length = 256
+  config = write_config_file(str(tmp_path / "tiny_config.py"), tiny)
+  path = tmp_path / "family.py"
+  path.write_text(f'''from sweeps.study import Study
+PARENT = {{"seed": 0}}
+STUDY = Study(name="family", config={config!r}, points=lambda: [
+    PARENT, {{"@parent": PARENT, "@config": "configs/extend_pi.py:{{parent}},2",
+             "train.num_steps": 3, "train.warmup_steps": 1}}])
+''')
+  root = str(tmp_path / "root")
+  env = ENV | {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  done = launch_cli(str(path), f"--root={root}", "--num_devices=1", "--parallel=2", env=env)
+  assert done.returncode == 0, done.stdout + done.stderr
+  assert "2 of 2 launched runs succeeded" in done.stdout
+  child = os.path.join(root, "family", "extend_pi_2,num_steps=3,warmup_steps=1--seed=0")
+  assert run_ckpt.committed_steps(child) == [3]
+  with open(os.path.join(child, "config.json")) as f:
+    stored = json.load(f)
+  assert stored["config"]["train"]["init_from"] == os.path.join(root, "family", "seed=0")
+  assert stored["config"]["model"]["position"]["rope_scaling"] == "pi"
+  assert stored["config"]["data"]["train_len"] == 2 * tiny.data.train_len
+  frame = collect.collect(os.path.join(root, "family"))
+  parents = frame.groupby("run")["parent"].first().to_dict()
+  assert parents == {"seed=0": "", os.path.basename(child): "seed=0@4"}
+  # The child is evaluated at the recipe's lengths, 0.5 L .. 16 L of the parent's L.
+  from configs.extension_recipes import EVAL_MULTIPLIERS
+  ppl = frame[frame["suite"] == "ppl_vs_length"]
+  L = tiny.data.train_len
+  assert set(ppl[ppl["run"] == "seed=0"]["length"]) == {L, 2 * L}
+  assert set(ppl[ppl["run"] != "seed=0"]["length"]) == {int(m * L) for m in EVAL_MULTIPLIERS}
+  again = launch_cli(str(path), f"--root={root}", "--num_devices=1", env=env)
+  assert again.returncode == 0 and "2 runs, 0 to run" in again.stdout, again.stdout
+
+
+def test_bad_children_are_refused_with_the_point_named():
+  parent = {"model.position.kind": "rope"}
+  def study(*children):
+    return Study(name="kids", config="configs/alibi_tiny.py",
+                 points=lambda: [parent, *children])
+  cases = [
+      ({"@parent": {"model.position.kind": "alibi"}, "@config": "configs/extend_pi.py:{parent}"},
+       "is not a run of the study"),
+      ({"@parent": parent}, "a child point needs '@parent'"),
+      ({"@parent": parent, "@config": "configs/extend_pi.py:{parent}", "@after": 1},
+       "unknown keys ['@after']"),
+      ({"@parent": parent, "@config": "configs/extend_pi.py"}, "must be a config file with {parent}"),
+      ({"@parent": parent, "@config": "configs/extend_pi.py:{parent},0.5"},
+       "the factor after ',' must be a number > 1"),
+      ({"@parent": parent, "@config": "configs/extend_pi.py:{parent}", "@before": "ls"},
+       "'@before' must be a list of commands"),
+  ]
+  for point, message in cases:
+    with pytest.raises(StudyError, match="point 1") as e:
+      study(point).runs()
+    assert message in str(e.value), str(e.value)
+  # An ALiBi parent is refused by the recipe itself (RoPE parents only).
+  with pytest.raises(StudyError, match="the parent must be a RoPE run"):
+    Study(name="kids", config="configs/alibi_tiny.py", points=lambda: [
+        {"seed": 0}, {"@parent": {"seed": 0}, "@config": "configs/extend_pi.py:{parent}"}]).runs()

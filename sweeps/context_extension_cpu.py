@@ -1,0 +1,108 @@
+"""The context-extension study on CPU: pretrain short, extend by each method, fine-tune briefly.
+
+The experiment the context-extension papers are built on, at the scale of two CPU cores:
+
+  * **Parents** (from scratch, configs/alibi_tiny.py: the 0.82M-parameter byte-level decoder,
+    Shakespeare text only, no passkey documents): RoPE at train_len L = 256, 900 steps of
+    16 x 256 tokens (3.69M tokens; the foundation runs' validation loss flattens near step 900,
+    README "Quick start"), 2 seeds (the initialisation `seed` and the data order
+    `data.shuffle_seed` together: 0/0 and 1/1). ALiBi parents of the same budget and seeds are
+    the "needs no extension" reference, evaluated as trained.
+  * **Children**, a warm start from each RoPE parent (`train.init_from`) at the target length
+    4L = 1,024, each by its recipe in configs/extend_*.py (configs/extension_recipes.py: the
+    same budget for every method, 10% of the parent's tokens = 90 steps of 4 x 1,024 tokens,
+    the parent's peak learning rate / 15, 5% warmup then constant, no weight decay):
+    extrapolation (no scaling), PI, NTK-aware, YaRN, ABF (base x 50), PoSE (trained at L with
+    positions spanning 4L, 90 steps of 16 x 256), LongRoPE (factors searched on the parent by
+    `sweeps.longrope_search` first) and DroPE (RoPE removed, trained at L).
+  * **Eval-only controls**: every RoPE parent evaluated with PI, NTK and YaRN at s = 4 and with
+    ABF, without fine-tuning (`eval.extension`); the LongRoPE search's factors.json records the
+    eval-only perplexity of its best factors and of the methods it seeds from, at 4L.
+  * **Retrieval track**, kept apart from the perplexity track so that each figure means what its
+    label says: RoPE parents trained 1,500 steps with a quarter of their training windows
+    passkey documents (`data.passkey.fraction` = 0.25; the 1,500-step passkey_tiny runs of the
+    README learned the lookup in distribution), and their extrapolation, PI and YaRN children
+    (which keep the parent's passkey share), evaluated on the passkey grid at 128..4,096 tokens.
+
+Every run is evaluated at 0.5x..16x L (128..4,096 tokens; the children's
+`eval.length_multipliers` give the same absolute lengths): perplexity of non-overlapping windows
+and loss by position (train.py's final evaluation), perplexity of sliding windows of stride half
+the run's train_len, and attention entropy / sink mass on 4 held-out documents (eval.run).
+
+Launch (resumable: the same command continues), collect and report:
+
+  python -m sweeps.launch sweeps/context_extension_cpu.py --backend=local \\
+      --root=workdirs/sweeps --parallel=2
+  python -m sweeps.collect workdirs/sweeps/context_extension_cpu
+
+Children start when their parent is complete (sweeps.launch, `run_all`'s `after`), so the two
+slots of --parallel=2 stay busy. Planned time on 2 free cores, from the measured step times
+(bench/RESULTS.md, 2026-12-03: 0.26-0.53 s per 16 x 256 step of this model alone, by machine;
+two runs side by side share the cores) -- NOT yet measured as a whole study: 6 parents (4 x 900
+and 2 x 1,500 steps) about 45-80 min; 22 children of 90 steps about 25-45 min; evaluation
+passes (6 lengths to 4,096 tokens, sliding and attention passes, passkey grids of 3 trials)
+about 60-90 min; the two LongRoPE searches about 10 min. About 2.5-3.7 h in all; the measured
+phase times replace these figures when the study has run.
+"""
+
+from sweeps.study import Study, cross, zip_
+
+SEEDS = zip_(seed=[0, 1], **{"data.shuffle_seed": [0, 1]})
+FACTOR = 4  # target length 4L = 1,024 tokens
+LM_METHODS = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope")
+PASSKEY_METHODS = ("extrapolation", "pi", "yarn")
+PASSKEY = {"data.passkey.fraction": 0.25, "train.num_steps": 1500}
+SLIDING = {"eval.protocol": "sliding", "eval.stride": 0,
+           "eval.suites": "ppl_vs_length,loss_by_position"}
+ATTENTION = {"eval.suites": "attention", "eval.attention.windows": 4}
+CONTROLS = ({"eval.extension": "pi,ntk,yarn", "eval.factor": float(FACTOR)},
+            {"eval.extension": "abf"})
+
+
+def child(parent: dict, method: str, evals: dict | None = None) -> dict:
+  """The point of `method`'s child of `parent` (configs/extend_<method>.py at s = FACTOR).
+
+  LongRoPE's recipe reads the factors its search wrote in the parent's workdir, so the search
+  runs first (`@before`) and the plan checks the PI recipe's config meanwhile (the same budget,
+  shapes and evaluations)."""
+  point = {"@parent": parent, "@config": f"configs/extend_{method}.py:{{parent}},{FACTOR}",
+           **(evals or {})}
+  if method == "longrope":
+    point["@before"] = [["{python}", "-m", "sweeps.longrope_search", "--workdir={parent}",
+                         f"--target_len={FACTOR * 256}"]]
+    point["@plan_config"] = f"configs/extend_pi.py:{{parent}},{FACTOR}"
+  return point
+
+
+def points() -> list[dict]:
+  """Parents first (seed 0 of each before seed 1, so a study stopped early has one seed of
+  everything), each with its evaluation points, then the children with theirs."""
+  rope = cross(SEEDS, [{"model.position.kind": "rope"}])
+  alibi = cross(SEEDS, [{"model.position.kind": "alibi"}])
+  retrieval = cross(SEEDS, [{"model.position.kind": "rope", **PASSKEY}])
+  out = []
+  for parent in (*rope, *alibi):
+    out += [parent, {**parent, **SLIDING}, {**parent, **ATTENTION}]
+  for parent in rope:
+    out += [{**parent, **c} for c in CONTROLS]
+  for parent in retrieval:
+    out += [parent, {**parent, "eval.suites": "passkey", "eval.passkey.trials": 3}]
+  for parent in rope:
+    for method in LM_METHODS:
+      out += [child(parent, method), child(parent, method, SLIDING),
+              child(parent, method, ATTENTION)]
+  for parent in retrieval:
+    for method in PASSKEY_METHODS:
+      out += [child(parent, method, {"eval.suites": "passkey", "eval.passkey.trials": 3})]
+  return out
+
+
+STUDY = Study(
+    name="context_extension_cpu",
+    config="configs/alibi_tiny.py",
+    points=points,
+    common={"eval.length_multipliers": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)},
+    description="RoPE parents at L=256 (2 seeds) -> 8 extension methods fine-tuned at 4L for 10% "
+                "of the parent's tokens, eval-only controls, ALiBi reference, passkey track; "
+                "planned 2.5-3.7 h on 2 free cores with --parallel=2 (not yet measured)",
+)
