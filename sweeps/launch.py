@@ -431,9 +431,33 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
   def job(p: Planned) -> Outcome:
     steps = run_steps(p, python, config_arg)
     return execute(p.run.name, steps, os.path.join(p.workdir, LOG_NAME), _checker(p, steps))
-  jobs = [(p.run.name, lambda p=p: job(p)) for p in todo]
-  return run_all(jobs, parallel, study.name,
-                 after={p.run.name: p.run.parent for p in todo if p.run.parent})
+  jobs = [(p.run.name, lambda p=p: job(p)) for p in children_first(todo)]
+  outcomes = {o.run: o for o in run_all(jobs, parallel, study.name,
+                                        after={p.run.name: p.run.parent for p in todo
+                                               if p.run.parent})}
+  return [outcomes[p.run.name] for p in todo]
+
+
+def children_first(planned: Sequence[Planned]) -> list[Planned]:
+  """`planned` with each run's children right after it (depth first, otherwise in order): a
+  slot freed when a parent ends goes to its children before the runs listed after them, so a
+  study stopped early has whole families rather than parents alone."""
+  kids: dict[str, list[Planned]] = {}
+  for p in planned:
+    if p.run.parent:
+      kids.setdefault(p.run.parent, []).append(p)
+  names = {p.run.name for p in planned}
+  out: list[Planned] = []
+
+  def visit(p: Planned) -> None:
+    out.append(p)
+    for child in kids.get(p.run.name, []):
+      visit(child)
+
+  for p in planned:
+    if not p.run.parent or p.run.parent not in names:
+      visit(p)
+  return out
 
 
 @dataclasses.dataclass(frozen=True)

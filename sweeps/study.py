@@ -52,7 +52,8 @@ the child's config cannot be built before they ran (the search's factors.json), 
 names the config the plan checks instead (same shapes, steps and evaluations). The plan builds
 each child's config from its parent's planned config (written to a temporary workdir), so a dry
 run lists every child before any parent has trained. The child's name is the recipe's file stem
-and its own fields, then `--` and the parent's name (`extend_yarn--kind=rope,seed=0`).
+and its arguments after the parent (`_4`), its own fields, then `--` and the parent's name
+(`extend_yarn_4--kind=rope,seed=0`).
 
 **Run names** are derived from the run's own training fields only, so they are stable when points
 are added: `kind=rope,seed=1`, fields sorted by their short name. A field's short name is its

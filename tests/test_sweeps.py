@@ -561,3 +561,13 @@ def test_bad_children_are_refused_with_the_point_named():
   with pytest.raises(StudyError, match="the parent must be a RoPE run"):
     Study(name="kids", config="configs/alibi_tiny.py", points=lambda: [
         {"seed": 0}, {"@parent": {"seed": 0}, "@config": "configs/extend_pi.py:{parent}"}]).runs()
+
+
+def test_children_follow_their_parent_in_the_launch_order():
+  def planned(name, parent=None):
+    run = study_lib.Run(name, {}, None, (), (), (), parent=parent)
+    return launch.Planned(run, f"/r/s/{name}", f"/r/s/{name}", None)
+  runs = [planned("a"), planned("b"), planned("c"), planned("a1", "a"), planned("b1", "b"),
+          planned("a2", "a"), planned("x1", "done_earlier")]
+  assert [p.run.name for p in launch.children_first(runs)] == ["a", "a1", "a2", "b", "b1", "c",
+                                                               "x1"]
