@@ -144,3 +144,34 @@ def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
     raise ConfigError(f"{path} holds factors for s={fields.get('rope_scaling_factor')}, not the "
                       f"recipe's s={s:g}; give the factor of the search (or search at s={s:g})")
   return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+
+
+RECIPES = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope")
+
+
+def recipe_of(child: dict, parent: dict | None) -> str:
+  """Which recipe (configs/extend_<recipe>.py) made a warm-started child, from its config.
+
+  Args:
+    child: the child's config as dotted fields (`configs.errors.flatten` of config.json's
+      "config").
+    parent: the parent's, the same way (None when the parent's config.json is not at hand).
+
+  Returns:
+    One of RECIPES: "drope" (RoPE removed: kind "none"), "pose" (the position sampler), the
+    child's `rope_scaling` (pi, ntk, yarn, longrope, or another catalogue entry), "abf" (the
+    base raised: rope_theta above the parent's, or above 10,000 without the parent), else
+    "extrapolation" (the positions unchanged).
+  """
+  pos = "model.position."
+  if child.get(pos + "kind") == "none":
+    return "drope"
+  if child.get("data.position_sampler.kind") == "pose":
+    return "pose"
+  scaling = child.get(pos + "rope_scaling", "none")
+  if scaling not in (None, "none"):
+    return str(scaling)
+  base = (parent or {}).get(pos + "rope_theta", 10000.0)
+  if child.get(pos + "rope_theta", base) > base:
+    return "abf"
+  return "extrapolation"

@@ -9,7 +9,9 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
       one row per run x suite x length x extension (x protocol for the perplexity suites):
       run, scheme, seed, train_len, task ("" for text), train_passkey_fraction (the share of
       training windows that are passkey documents, data.passkey.fraction), num_params, parent (a
-      warm start's parent: `<run folder>@<step>`, "" for a run from scratch), the config fields
+      warm start's parent: `<run folder>@<step>`, "" for a run from scratch), method (a warm
+      start's recipe, configs/extension_recipes.py `recipe_of`: pi, yarn, ..., drope; ""
+      for a run from scratch), the config fields
       that vary between runs
       (`cfg.<dotted field>`), the final losses, then per result suite, extension,
       extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file and
@@ -59,7 +61,7 @@ from typing import Any, Iterable
 import pandas as pd
 from absl import app
 
-from configs import base as base_config
+from configs import base as base_config, extension_recipes
 from configs.errors import ConfigError, flatten, parse_flags
 from eval import suites as suites_registry
 from eval.files import atomic_write
@@ -203,14 +205,17 @@ def collect(study_dir: str) -> pd.DataFrame:
   varying = [k for k in fields if k not in STANDARD_FIELDS
              and len({repr(flat.get(k)) for _, _, _, flat, _ in runs}) > 1]
   study = os.path.basename(os.path.normpath(study_dir))
+  flats = {run: flat for run, _, _, flat, _ in runs}
   records = []
   for run, workdir, stored, flat, results in runs:
     base = {"study": study, "run": run}
     base.update({name: flat.get(path) for path, name in STANDARD_FIELDS.items()})
     base["num_params"] = stored.get("num_params")
     parent = stored.get("parent") or {}  # a warm start (train.init_from, runs/warm_start.py)
-    base["parent"] = (f"{os.path.basename(os.path.normpath(parent['workdir']))}@{parent['step']}"
-                      if parent else "")
+    parent_run = os.path.basename(os.path.normpath(parent["workdir"])) if parent else ""
+    base["parent"] = f"{parent_run}@{parent['step']}" if parent else ""
+    base["method"] = (extension_recipes.recipe_of(flat, flats.get(parent_run)) if parent
+                      else "")
     base.update({f"cfg.{k}": flat.get(k) for k in varying})
     base.update(final_metrics(workdir))
     latest: dict[Any, tuple[str, dict]] = {}
@@ -239,8 +244,9 @@ def configuration_columns(columns: Iterable[str]) -> list[str]:
   one configuration's seeds into two groups. `cfg.train.init_from` is left out too: the children
   of parents that differ by seed are one configuration's seeds (the `parent` column names each).
   """
-  return [c for c in columns if c in ("scheme", "train_len", "num_params", "num_layers", "d_model",
-                                      "num_heads", "num_steps", "train_passkey_fraction")
+  return [c for c in columns if c in ("scheme", "method", "train_len", "num_params",
+                                      "num_layers", "d_model", "num_heads", "num_steps",
+                                      "train_passkey_fraction")
           or (c.startswith("cfg.") and not c.endswith("seed") and not c.startswith("cfg.eval.")
               and c != "cfg.train.init_from")]
 

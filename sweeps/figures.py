@@ -23,6 +23,7 @@ from matplotlib.lines import Line2D
 
 from eval import suites as suites_registry
 from eval.plots import LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, log_axis, subplots
+from configs.extension_recipes import RECIPES
 from runs.metrics import read_metrics
 from sweeps.collect import configuration_columns, runs_newer_than, summarize
 
@@ -690,6 +691,120 @@ def fig_training_curves(curves, mean: bool = False):
   return fig
 
 
+# Context extension (warm-started children, `method` column): one colour per recipe, the same
+# for the fine-tuned child (solid) and for the method applied to the parent at evaluation only
+# (dashed); the parent black, references from scratch of other schemes grey and dotted.
+METHOD_COLOURS = dict(zip(RECIPES, PALETTE[1:] + PALETTE[:1]))
+EVAL_ONLY = {"pi": "pi", "ntk": "ntk", "yarn": "yarn", "abf": "abf", "longrope": "longrope"}
+
+
+def _families(frame):
+  """Rows of the children (`method` set), their parents and the from-scratch runs of other
+  schemes, labelled: (rows, {label: style}) or (None, None) without children."""
+  if "method" not in frame or not (frame["method"].fillna("") != "").any():
+    return None, None
+  children = frame[frame["method"].fillna("") != ""]
+  parents = set(children["parent"].str.rpartition("@")[0])
+  parent_rows = frame[frame["run"].isin(parents)]
+  parent_schemes = set(parent_rows["scheme"])
+  refs = frame[(frame["parent"].fillna("") == "") & ~frame["run"].isin(parents)
+               & ~frame["scheme"].isin(parent_schemes)
+               & (frame["extension"].fillna("none") == "none")]
+  labels, styles = [], {}
+  def add(rows, label, style):
+    labels.append(rows.assign(family=label))
+    styles.setdefault(label, style)
+  for (method,), rows in children.groupby(["method"]):
+    add(rows[rows["extension"].fillna("none") == "none"], f"{method} (fine-tuned)",
+        {"color": METHOD_COLOURS.get(method, "#555555"), "linestyle": "-", "marker": "o"})
+  for (scheme, ext, factor), rows in parent_rows.groupby(
+      ["scheme", "extension", "extension_factor"], dropna=False):
+    if ext in (None, "none") or pd.isna(ext):
+      add(rows, f"{scheme} parent (as trained)",
+          {"color": "#000000", "linestyle": "-", "marker": "s"})
+    else:
+      size = f" x{factor:g}" if pd.notna(factor) and factor != 1 else ""
+      add(rows, f"{ext}{size} (eval-only)",
+          {"color": METHOD_COLOURS.get(EVAL_ONLY.get(ext, ext), "#555555"), "linestyle": "--",
+           "marker": "x"})
+  for (scheme,), rows in refs.groupby(["scheme"]):
+    add(rows, f"{scheme} (from scratch, reference)",
+        {"color": "#777777", "linestyle": ":", "marker": "D"})
+  return pd.concat(labels), styles
+
+
+@_any_table
+def fig_context_extension(frame, protocol: str = "non_overlapping"):
+  """Context extension: perplexity vs length of the parents as trained, each recipe's
+  fine-tuned children (solid), each method applied to the parents at evaluation only (dashed,
+  in its recipe's colour) and the from-scratch references of other schemes (grey, dotted); mean
+  over seeds (parents), band = min..max; the parents' train_len and the fine-tuning length
+  marked.
+
+  Returns:
+    A Figure, or None when the table has no warm-started child with ppl_vs_length rows for
+    `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  rows, styles = _families(_suite(frame, "ppl_vs_length", protocol, None))
+  if rows is None or rows.empty:
+    return None
+  fig, ax = subplots(figsize=(7.4, 4.6), dpi=110, layout="constrained")
+  for label, group in rows.groupby("family", sort=False):
+    stats = group.groupby("length")["ppl"].agg(["mean", "min", "max"]).sort_index()
+    line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label, **styles[label])
+    if (stats["max"] > stats["min"]).any():
+      ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.15)
+  parent_len = _train_len(rows[rows["method"].fillna("") == ""])
+  length_axis(ax, parent_len)
+  tuned = rows.loc[rows["method"].fillna("") != "", "train_len"].dropna()
+  tuned = sorted(set(int(t) for t in tuned) - {parent_len})
+  for t in tuned:
+    ax.axvline(t, color="black", linestyle=(0, (1, 3)), linewidth=1.2,
+               label=f"fine-tuning length={t}")
+  _log_ppl_axis(ax)
+  ax.set_title(f"Context extension ({protocol}): parents, fine-tuned children, eval-only "
+               "controls;\nmean over seeds, band = min..max", fontsize=9)
+  _legend(fig)
+  return fig
+
+
+def fig_fine_tuning_curves(curves, frame):
+  """Training loss of the warm-started children against their fine-tuning step, one line per
+  recipe (`method`), mean over its children (one per parent seed), band = min..max.
+
+  Args:
+    curves: read_training_curves's frame; frame: the results table (its `method` column).
+
+  Returns:
+    A Figure, or None without children's curves.
+  """
+  if curves is None or curves.empty or "method" not in frame:
+    return None
+  methods = frame.drop_duplicates("run").set_index("run")["method"].fillna("")
+  rows = curves.assign(method=curves["run"].map(methods)).dropna(subset=["loss"])
+  rows = rows[rows["method"].fillna("") != ""]
+  if rows.empty:
+    return None
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  for method, group in rows.groupby("method"):
+    stats = group.groupby("step")["loss"].agg(["mean", "min", "max"]).sort_index()
+    colour = METHOD_COLOURS.get(method, "#555555")
+    ax.plot(stats.index, stats["mean"], color=colour, linewidth=1.3, label=method)
+    if (stats["max"] > stats["min"]).any():
+      ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15)
+  ax.set_xlabel("fine-tuning step")
+  ax.set_ylabel("training loss (nats per token)")
+  ax.grid(True, alpha=0.3)
+  ax.set_title("Fine-tuning curves per recipe; mean over parents' seeds, band = min..max",
+               fontsize=9)
+  _legend(fig)
+  return fig
+
+
 @_any_table
 def study_figures(frame) -> list[tuple[str, str, object]]:
   """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length
@@ -700,6 +815,9 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
   protocols = [p for p in ("non_overlapping", "sliding")
                if ((frame["suite"] == "ppl_vs_length") & (frame.get("protocol") == p)).any()]
   figures = []
+  for p in protocols:
+    figures.append((f"context_extension_{p}", "Context extension: parents, fine-tuned children "
+                    f"and eval-only controls ({p} windows)", fig_context_extension(frame, p)))
   for p in protocols:
     figures += [(f"ppl_vs_length_{p}", f"Perplexity vs length per scheme ({p} windows)",
                  fig_ppl_vs_length(frame, p)),

@@ -31,8 +31,9 @@ from absl import app, flags
 from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
 from sweeps import collect
-from sweeps.figures import (fig_training_curves, png_bytes, read_table, read_training_curves,
-                            runs_folder, study_figures, study_table_path, training_curves_note)
+from sweeps.figures import (fig_fine_tuning_curves, fig_training_curves, png_bytes, read_table,
+                            read_training_curves, runs_folder, study_figures, study_table_path,
+                            training_curves_note)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "output .html path (default: <study>/report.html, or "
@@ -233,6 +234,7 @@ def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = 
   if curves is None:
     curves = read_training_curves("", frame.iloc[:0])  # no run folder: no curves
   curves_fig = fig_training_curves(curves)
+  fine_tuning_fig = fig_fine_tuning_curves(curves, frame)
   curves_note = training_curves_note(frame, curves, runs_dir)
   parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
            STYLE, "</head><body>",
@@ -250,6 +252,10 @@ def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = 
   if curves_fig is not None:
     figures.append(("training_curves", TRAINING_CURVES_CAPTION, curves_fig))
     parts.append("<div class='figures'>" + _figure_html(*figures[-1]) + "</div>")
+  if fine_tuning_fig is not None:
+    figures.append(("fine_tuning_curves", "Fine-tuning curves of the warm-started children, "
+                    "per recipe", fine_tuning_fig))
+    parts.append("<div class='figures'>" + _figure_html(*figures[-1]) + "</div>")
   if curves_note:
     parts.append(f"<p class='note training-curves-note'>{html.escape(curves_note)}</p>")
   summary = collect.summarize(frame) if (frame["suite"].isin(["ppl_vs_length", "passkey"])).any() \
@@ -262,7 +268,7 @@ def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = 
   parts.append(_table_html(summary) if not summary.empty else
                "<p>No perplexity or passkey results.</p>")
   run_cols = [c for c in ("run", "scheme", "seed", "train_len", "task", "train_passkey_fraction",
-                          "num_params", "parent", "final_step", "final_train_loss",
+                          "num_params", "parent", "method", "final_step", "final_train_loss",
                           "final_val_loss") if c in frame]
   parts.append("<h2 id='runs'>Runs</h2>")
   if mix:

@@ -16,7 +16,7 @@ from configs.errors import ConfigError
 from eval import run as eval_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RECIPES = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope")
+RECIPES = extension_recipes.RECIPES
 
 
 def recipe(name: str):
@@ -126,3 +126,16 @@ def test_longrope_needs_the_search_and_a_rope_parent(parent, text_corpus, tmp_pa
                                         r"has model.position.kind='alibi'"):
     recipe("pi")(alibi)
   assert extension_recipes.BUDGET == 0.10
+
+
+def test_recipe_of_names_every_recipe_from_its_childs_config(parent):
+  from configs.errors import flatten
+  from runs.workdir import load_run_config
+  parent_flat = flatten(load_run_config(parent).to_dict())
+  for name in RECIPES:
+    child = flatten(recipe(name)(f"{parent},4").to_dict())
+    assert extension_recipes.recipe_of(child, parent_flat) == name
+    assert extension_recipes.recipe_of(child, None) == name  # the parent's base is the default
+  raised = dict(parent_flat, **{"model.position.rope_theta": 20000.0})
+  assert extension_recipes.recipe_of(raised, parent_flat) == "abf"
+  assert extension_recipes.recipe_of(parent_flat, raised) == "extrapolation"  # base lowered

@@ -571,3 +571,47 @@ def test_children_follow_their_parent_in_the_launch_order():
           planned("a2", "a"), planned("x1", "done_earlier")]
   assert [p.run.name for p in launch.children_first(runs)] == ["a", "a1", "a2", "b", "b1", "c",
                                                                "x1"]
+
+
+def test_context_extension_figure_pairs_each_method_with_its_eval_only_control():
+  from sweeps import figures
+  rows = []
+  def add(run, scheme, parent="", method="", ext="none", factor=1.0, train_len=32, growth=1.0,
+          seed=0):
+    for length in (16, 32, 64, 128):
+      rows.append({"run": run, "scheme": scheme, "seed": seed, "parent": parent,
+                   "method": method, "suite": "ppl_vs_length", "extension": ext,
+                   "extension_factor": factor, "protocol": "non_overlapping",
+                   "train_len": train_len, "length": length,
+                   "ppl": 4.0 * growth ** max(0, length // 32 - 1) + 0.1 * seed})
+  for seed in (0, 1):
+    add(f"p{seed}", "rope", growth=3.0, seed=seed)
+    add(f"p{seed}", "rope", ext="pi", factor=4.0, growth=1.5, seed=seed)
+    add(f"pi{seed}", "rope", parent=f"p{seed}@4", method="pi", train_len=128, growth=1.1,
+        seed=seed)
+    add(f"drope{seed}", "none", parent=f"p{seed}@4", method="drope", growth=1.3, seed=seed)
+  add("alibi", "alibi", growth=1.0)
+  fig = figures.fig_context_extension(pd.DataFrame(rows))
+  ax = fig.axes[0]
+  lines = {l.get_label(): l for l in ax.get_lines()}
+  assert {"pi (fine-tuned)", "drope (fine-tuned)", "rope parent (as trained)",
+          "pi x4 (eval-only)", "alibi (from scratch, reference)", "train_len=32",
+          "fine-tuning length=128"} <= set(lines)
+  assert lines["pi (fine-tuned)"].get_color() == lines["pi x4 (eval-only)"].get_color()
+  assert lines["pi (fine-tuned)"].get_linestyle() == "-"
+  assert lines["pi x4 (eval-only)"].get_linestyle() == "--"
+  assert lines["drope (fine-tuned)"].get_color() != lines["pi (fine-tuned)"].get_color()
+  # The mean over the parents' seeds (their ppl differ by 0.1): 4.05 at 32 tokens.
+  x, y = lines["pi (fine-tuned)"].get_data()
+  assert list(x) == [16, 32, 64, 128]
+  assert y[1] == pytest.approx(4.05) and y[3] == pytest.approx(4.0 * 1.1 ** 3 + 0.05)
+  assert figures.fig_context_extension(pd.DataFrame(rows).assign(method="")) is None
+  # The fine-tuning curves: one line per recipe, the mean of its two children per step.
+  curves = pd.DataFrame([{"run": f"{m}{seed}", "step": step, "loss": 2.0 - 0.1 * step + seed}
+                         for m in ("pi", "drope") for seed in (0, 1) for step in (1, 2, 3)]
+                        + [{"run": "p0", "step": 1, "loss": 3.0}])
+  fig = figures.fig_fine_tuning_curves(curves, pd.DataFrame(rows))
+  lines = {l.get_label(): l for l in fig.axes[0].get_lines()}
+  assert set(lines) == {"pi", "drope"}
+  assert list(lines["pi"].get_data()[1]) == pytest.approx([2.4, 2.3, 2.2])
+  assert lines["pi"].get_color() == figures.METHOD_COLOURS["pi"]
