@@ -34,7 +34,7 @@ from configs.errors import ConfigError
 import zlib
 
 from models import position_transforms, positions, rope_scaling
-from models.rope_scaling import DEFAULTS, USES_FACTOR, is_number
+from models.rope_scaling import DEFAULTS, ROPE_FAMILY, USES_FACTOR, is_number
 
 __all__ = ["EXTENSIONS", "EXTENSION_PARAMS", "TRANSFORM_WINDOWS", "USES_FACTOR", "Extension",
            "applied_factor", "applied_window", "apply_extension", "check_param_overrides",
@@ -145,16 +145,16 @@ def _position_transform(pos, extension: str, factor: float, window: int, train_l
 # eval.extension values (the order in which error messages list them).
 EXTENSIONS: dict[str, Extension] = {
     "none": Extension(None, kinds=None),
-    "pi": Extension(_rope_scaling, ("rope",), records_factor=True),
-    "ntk": Extension(_rope_scaling, ("rope",), records_factor=True),
-    "dynamic_ntk": Extension(_rope_scaling, ("rope",), optional_params=("dynamic_ntk_alpha",)),
-    "yarn": Extension(_rope_scaling, ("rope",), records_factor=True,
+    "pi": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True),
+    "ntk": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True),
+    "dynamic_ntk": Extension(_rope_scaling, ROPE_FAMILY, optional_params=("dynamic_ntk_alpha",)),
+    "yarn": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True,
                       params=("yarn_alpha", "yarn_beta", "yarn_ramp", "yarn_truncate",
                               "yarn_attention_factor", "yarn_mscale", "yarn_mscale_all_dim")),
-    "abf": Extension(_rope_scaling, ("rope",), params=("abf_theta",)),
-    "llama3": Extension(_rope_scaling, ("rope",), records_factor=True,
+    "abf": Extension(_rope_scaling, ROPE_FAMILY, params=("abf_theta",)),
+    "llama3": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True,
                         params=("llama3_low_freq_factor", "llama3_high_freq_factor")),
-    "longrope": Extension(_rope_scaling, ("rope",), records_factor=True,
+    "longrope": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True,
                           params=("longrope_short_factors", "longrope_long_factors",
                                   "longrope_attention_factor", "longrope_keep_first")),
     "alibi_interpolation": Extension(_alibi_interpolation, ("alibi",)),

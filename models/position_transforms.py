@@ -72,6 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs.errors import ConfigError
+from models.rope_scaling import ROPE_FAMILY
 
 TRANSFORMS = ("none", "self_extend", "string", "lm_infinite")
 # The model.position fields of the transforms, name -> (default, comment); configs/base.py
@@ -274,9 +275,10 @@ def _check_string_factor(cfg) -> None:
     raise ConfigError(f"model.position.string_attention_factor must be 1 (off), -1 (STRING's "
                       f"0.1 ln 2 + 1) or a number > 0; got {f!r}")
   # Read under position_transform="string" only (eval.extension=string sets it), like string_shift.
-  if f != 1 and cfg.get("kind") != "rope":
+  if f != 1 and cfg.get("kind") not in ROPE_FAMILY:
     raise ConfigError(f"model.position.string_attention_factor={f!r} scales RoPE's q and k and "
-                      f"applies to kind='rope' only; got kind={cfg.get('kind')!r} (set it to 1)")
+                      f"applies to the kinds {list(ROPE_FAMILY)} only; got "
+                      f"kind={cfg.get('kind')!r} (set it to 1)")
 
 
 def string_attention_scale(cfg) -> float:

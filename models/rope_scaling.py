@@ -65,6 +65,9 @@ from configs.errors import ConfigError
 ROPE_SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "abf", "llama3", "longrope")
 # Methods that read rope_scaling_factor (dynamic_ntk takes s from the length, abf has a base).
 USES_FACTOR = ("pi", "ntk", "yarn", "llama3", "longrope")
+# The schemes built on RoPE's frequencies (models/positions/rope.py and its subclasses p_rope,
+# hope, resonance_rope): every RoPE scaling applies to them, at training and at evaluation.
+ROPE_FAMILY = ("rope", "p_rope", "hope", "resonance_rope")
 YARN_RAMPS = ("index", "ratio")  # model.position.yarn_ramp (see `yarn_inv_freq`)
 # Where the long-factor search lives (named by the error for missing LongRoPE factors).
 LONGROPE_SEARCH = "python -m sweeps.longrope_search"
@@ -757,9 +760,10 @@ def check_config(cfg, rot_dim: int) -> None:
                       f"choose one of {list(ROPE_SCALINGS)}")
   if method == "none":
     return
-  if cfg.get("kind") != "rope":
-    raise ConfigError(f"model.position.rope_scaling={method!r} applies to kind='rope' only; "
-                      f"got kind={cfg.get('kind')!r} (use rope_scaling='none')")
+  if cfg.get("kind") not in ROPE_FAMILY:
+    raise ConfigError(f"model.position.rope_scaling={method!r} applies to the kinds "
+                      f"{list(ROPE_FAMILY)} only; got kind={cfg.get('kind')!r} (use "
+                      f"rope_scaling='none')")
   s = get("rope_scaling_factor")
   if method in USES_FACTOR and not (is_number(s) and s >= 1):
     raise ConfigError(f"model.position.rope_scaling_factor must be a number >= 1 "

@@ -134,10 +134,11 @@ def _mean_band(frame, x: str, y: str):
 # in Dark2 colours without its orange, gold and grey (too close to the vermillion of RoPE, the
 # scheme most extensions apply to, to learned's orange and to the train_len marker).
 SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
-                "xpos", "kerple_power", "sandwich", "cope", "rope_mixed")
+                "xpos", "kerple_power", "sandwich", "cope", "rope_mixed", "p_rope", "hope",
+                "resonance_rope")
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9")
 PALETTE = OKABE_ITO + ("#8B4513", "#332288", "#999933")
-MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "+", "x")
 EXTENSION_COLOURS = ("#7570B3", "#E7298A", "#66A61E", "#1B9E77", "#A6761D")
 _STYLES = [{"color": PALETTE[i % len(PALETTE)],
             "linestyle": ("-", "-.")[i // len(PALETTE) % 2], "marker": MARKERS[i]}

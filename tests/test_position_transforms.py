@@ -205,7 +205,8 @@ def test_string_attention_factor_through_the_extension_and_refusals():
   a = tiny_config("unused", "alibi")
   a.model.position.string_attention_factor = -1.0
   with pytest.raises(ConfigError, match=r"model\.position\.string_attention_factor=-1\.0 scales "
-                                        r"RoPE's q and k and applies to kind='rope' only; got "
+                                        r"RoPE's q and k and applies to the kinds \['rope', "
+                                        r"'p_rope', 'hope', 'resonance_rope'\] only; got "
                                         r"kind='alibi'") as e:
     extensions.apply_extension(a, "string")
   assert "\n" not in str(e.value)

@@ -245,7 +245,7 @@ def test_alibi_interpolation_scale_by_hand():
     (dict(rope_scaling="ntk", rope_scaling_factor=2.0, rotary_fraction=0.25), r"at least 4 rotated"),
     (dict(rope_scaling="dynamic_ntk", rotary_fraction=0.25), r"needs at least 4 rotated"),
     (dict(kind="xpos", xpos_scale_base=512.0, rope_scaling="yarn", rope_scaling_factor=2.0),
-     r"applies to kind='rope' only"),
+     r"applies to the kinds \['rope', 'p_rope', 'hope', 'resonance_rope'\] only"),
     (dict(kind="alibi", alibi_interpolation=1), r"alibi_interpolation must be True or False"),
 ])
 def test_bad_fields_name_themselves(fields, match):
@@ -297,7 +297,8 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
     ("rope", "linear", 4.0,
      r"eval\.extension='linear' is not supported; choose one of \['none', 'pi', 'ntk'"),
     ("alibi", "yarn", 4.0, r"eval\.extension='yarn' applies to model\.position\.kind in "
-     r"\['rope'\] only; this run's kind is 'alibi' \(choose one of \['none', "
+     r"\['rope', 'p_rope', 'hope', 'resonance_rope'\] only; this run's kind is 'alibi' "
+     r"\(choose one of \['none', "
      r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite', "
      r"'attention_temperature'\]\)"),
     ("rope", "longrope", 4.0, r"model\.position\.longrope_long_factors must be a tuple of "
@@ -305,7 +306,8 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
     ("rope", "llama3", 0.5, r"eval\.extension='llama3' needs a finite factor s >= 1"),
     ("rope", "alibi_interpolation", 4.0, r"eval\.extension='alibi_interpolation' applies to "
                                          r"model\.position\.kind in \['alibi'\] only"),
-    ("xpos", "pi", 4.0, r"eval\.extension='pi' applies to model\.position\.kind in \['rope'\] only"),
+    ("xpos", "pi", 4.0, r"eval\.extension='pi' applies to model\.position\.kind in "
+                        r"\['rope', 'p_rope', 'hope', 'resonance_rope'\] only"),
     ("rope", "pi", 0.5, r"eval\.extension='pi' needs a finite factor s >= 1"),
     ("rope", "yarn", None, r"eval\.extension='yarn' needs a finite factor s >= 1"),
     ("rope", "ntk", float("inf"), r"eval\.extension='ntk' needs a finite factor s >= 1 .*; got inf"),
@@ -825,7 +827,8 @@ def test_set_search_frequencies_refuses_other_models_and_shapes():
     (dict(rope_scaling="longrope", rope_scaling_factor=S, longrope_long_factors=LAMBDA,
           rope_scaling_train_len=1), r"rope_scaling_train_len=1 leaves LongRoPE's derived"),
     (dict(kind="xpos", xpos_scale_base=512.0, rope_scaling="llama3", rope_scaling_factor=2.0),
-     r"rope_scaling='llama3' applies to kind='rope' only"),
+     r"rope_scaling='llama3' applies to the kinds \['rope', 'p_rope', 'hope', "
+     r"'resonance_rope'\] only"),
 ])
 def test_new_fields_are_refused_in_one_line_naming_the_field(fields, match):
   assert_refused_in_one_line(fields, match)

@@ -31,9 +31,12 @@ from models.positions.alibi import ALiBi
 from models.positions.base import Dims, PositionalScheme
 from models.positions.cope import CoPE
 from models.positions.fire import FIRE
+from models.positions.hope import HoPE
 from models.positions.kerple import KerpleLog, KerplePower
 from models.positions.learned import Learned
 from models.positions.none import NoPE
+from models.positions.p_rope import PRoPE
+from models.positions.resonance_rope import ResonanceRoPE
 from models.positions.rope import RoPE
 from models.positions.sandwich import Sandwich
 from models.positions.sinusoidal import Sinusoidal
@@ -53,6 +56,9 @@ REGISTRY: dict[str, type[PositionalScheme]] = {
     "sandwich": Sandwich,
     "xpos": XPos,
     "cope": CoPE,
+    "p_rope": PRoPE,
+    "hope": HoPE,
+    "resonance_rope": ResonanceRoPE,
 }
 
 

@@ -5,8 +5,12 @@ Eq. (34): pairs of query/key features are rotated by angle `m * theta_i` with
 `theta_i = rope_theta^(-2i/d)`, so `<R(m) q, R(n) k>` depends on m - n only.
 
 Layout: "half split" (GPT-NeoX / Llama): feature i pairs with feature i + d_rot/2. Partial
-RoPE (GPT-NeoX, GPT-J; "p-RoPE", Barbero et al. arXiv 2410.06205) rotates only the first
-`d_rot = 2 * floor(rotary_fraction * head_dim / 2)` features and leaves the rest bit-identical.
+rotary (GPT-NeoX, GPT-J: `rotary_fraction`) rotates only the first
+`d_rot = 2 * floor(rotary_fraction * head_dim / 2)` features, with the full frequency range
+theta^(-2i/d_rot) spread over them, and leaves the rest bit-identical. That is not p-RoPE as
+Barbero et al. (arXiv 2410.06205) define it, which keeps the frequencies of full RoPE and sets the
+lowest ones to zero: kind "p_rope" (models/positions/p_rope.py). Subclasses change the
+frequencies through `frequency_transform` (p_rope, hope, resonance_rope).
 Angles are computed in float32 whatever the compute dtype.
 
 Mixed RoPE (config `model.position`): `nope_every = N > 0` makes layers N-1, 2N-1, ... (0-based)
@@ -171,12 +175,32 @@ class RoPE(PositionalScheme):
                           f"got {theta!r}")
     rope_scaling.check_config(cfg, rotary_dim(dims.head_dim, cfg.rotary_fraction))
 
+  @classmethod
+  def frequency_transform(cls, cfg, dims, inv_freq: np.ndarray) -> np.ndarray:
+    """The inverse frequencies a variant rotates with, from RoPE's (after any `rope_scaling`).
+
+    RoPE's own: unchanged. Subclasses (p_rope, hope, resonance_rope) override it; a frequency
+    set to 0 leaves its feature pair unrotated, bit for bit.
+
+    Args:
+      cfg: `model.position`; dims: see `Dims`.
+      inv_freq: float32 [rot_dim/2] radians per position, pair 0 the highest frequency.
+
+    Returns:
+      float32 [rot_dim/2].
+    """
+    del cfg, dims
+    return inv_freq
+
   def __init__(self, cfg, dims, *, rngs):
     """cfg: `model.position` (rope_theta, rotary_fraction, nope_every, rope_theta_per_layer,
     rope_scaling and its fields, position_transform and string_attention_factor); dims: see
     `Dims`."""
     del rngs
     rot = rotary_dim(dims.head_dim, cfg.rotary_fraction)
+    transform = lambda f: None if f is None else np.asarray(  # noqa: E731
+        type(self).frequency_transform(cfg, dims, np.asarray(f, np.float32)), np.float32)
+    _plain = lambda theta: transform(rope_inv_freq(rot, theta))  # noqa: E731
     self.rot_dim, self.num_layers = rot, dims.num_layers
     thetas = tuple(cfg.get("rope_theta_per_layer", ()) or ())
     nope_every = int(cfg.get("nope_every", 0) or 0)
@@ -194,9 +218,9 @@ class RoPE(PositionalScheme):
     self.long_train_len, self.keep_first = first.long_train_len, first.keep_first
     self.string_scale = position_transforms.string_attention_scale(cfg)
     self.search_long_inv_freq = None  # set by set_search_frequencies (a jax array) only
-    self.inv_freq = _frozen(first.inv_freq)
-    self.long_inv_freq = _frozen(first.long_inv_freq)
-    self.plain_inv_freq = _frozen(rope_inv_freq(rot, cfg.rope_theta)) if self.keep_first else None
+    self.inv_freq = _frozen(transform(first.inv_freq))
+    self.long_inv_freq = _frozen(transform(first.long_inv_freq))
+    self.plain_inv_freq = _frozen(_plain(cfg.rope_theta)) if self.keep_first else None
     # Per layer: None (a NoPE layer) or its frequencies; None overall = the same in every layer.
     self.layer_inv_freq = self.layer_long_inv_freq = self.layer_plain_inv_freq = None
     if thetas or nope_every:
@@ -204,13 +228,13 @@ class RoPE(PositionalScheme):
              for i in range(dims.num_layers)]
       base = [None if p is None else float(thetas[i]) if thetas else float(cfg.rope_theta)
               for i, p in enumerate(per)]
-      self.layer_inv_freq = tuple(None if p is None else _frozen(p.inv_freq) for p in per)
+      self.layer_inv_freq = tuple(None if p is None else _frozen(transform(p.inv_freq))
+                                  for p in per)
       if self.long_train_len:
-        self.layer_long_inv_freq = tuple(None if p is None else _frozen(p.long_inv_freq)
+        self.layer_long_inv_freq = tuple(None if p is None else _frozen(transform(p.long_inv_freq))
                                          for p in per)
       if self.keep_first:
-        self.layer_plain_inv_freq = tuple(None if b is None else _frozen(rope_inv_freq(rot, b))
-                                          for b in base)
+        self.layer_plain_inv_freq = tuple(None if b is None else _frozen(_plain(b)) for b in base)
 
   def set_search_frequencies(self, long_inv_freq) -> None:
     """Replaces, on this scheme object, the long-factor frequencies (rows with l > L) of every

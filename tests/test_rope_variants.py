@@ -1,0 +1,129 @@
+"""RoPE's frequency variants: p-RoPE (arXiv 2410.06205), HoPE (arXiv 2410.21216) and Resonance
+RoPE (arXiv 2403.00071), against their papers' definitions computed here from scratch."""
+
+import math
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from configs.validate import ConfigError, validate
+from conftest import tiny_config
+from models import positions
+
+HEAD_DIM, THETA, L = 16, 10000.0, 32
+DIMS = positions.Dims(num_heads=4, head_dim=HEAD_DIM, d_model=64, num_layers=2, train_len=L)
+# RoPE's theta_i = 10000^(-2i/16), i = 0..7, written out (Su et al., Eq. (15)).
+ROPE_FREQS = [10000.0 ** (-2 * i / HEAD_DIM) for i in range(HEAD_DIM // 2)]
+
+
+def cfg(kind, **kw):
+  c = ml_collections.ConfigDict(dict(kind=kind, rope_theta=THETA, rotary_fraction=1.0,
+                                     nope_every=0, rope_theta_per_layer=()))
+  c.update(kw)
+  return c
+
+
+def rotate_by_hand(x, pos, freqs):
+  """The half-split rotation of x [b, s, h, d] by angle pos * freqs[i] per pair (i, i + d/2)."""
+  x = np.asarray(x, np.float64)
+  half = x.shape[-1] // 2
+  angle = np.asarray(pos, np.float64)[:, :, None, None] * np.asarray(freqs)[None, None, None, :]
+  a, b = x[..., :half], x[..., half:]
+  return np.concatenate([a * np.cos(angle) - b * np.sin(angle),
+                         a * np.sin(angle) + b * np.cos(angle)], axis=-1)
+
+
+def qk(seed=0):
+  rng = np.random.default_rng(seed)
+  q = jnp.asarray(rng.normal(size=(2, 9, 4, HEAD_DIM)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(2, 9, 4, HEAD_DIM)), jnp.float32)
+  pos = jnp.asarray(rng.integers(0, 3 * L, size=(2, 9)), jnp.int32)
+  return q, k, pos
+
+
+@pytest.mark.parametrize("p,kept", [(0.75, 6), (0.25, 2), (1.0, 8), (0.0, 0), (0.5, 4)])
+def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest(p, kept):
+  scheme = positions.build(cfg("p_rope", p_rope_fraction=p), DIMS)
+  want = ROPE_FREQS[:kept] + [0.0] * (8 - kept)
+  np.testing.assert_allclose(scheme.inv_freq, want, rtol=1e-6)
+  q, k, pos = qk()
+  got_q, _ = scheme.rotate(q, k, pos, pos, 0)
+  np.testing.assert_allclose(np.asarray(got_q), rotate_by_hand(q, pos, want), atol=2e-5)
+  # The zeroed pairs are not rotated at all, bit for bit.
+  half = HEAD_DIM // 2
+  for i in range(kept, half):
+    for j in (i, i + half):
+      assert np.array_equal(np.asarray(got_q)[..., j], np.asarray(q)[..., j])
+
+
+def test_p_rope_is_not_partial_rotary():
+  """GPT-NeoX partial rotary at 0.5 rotates 8 features with 10000^(-2j/8), j < 4; p-RoPE at 0.5
+  keeps 10000^(-2j/16), j < 4: the same only with the partial rotary's base 10000^0.5."""
+  p_rope = positions.build(cfg("p_rope", p_rope_fraction=0.5), DIMS)
+  partial = positions.build(cfg("rope", rotary_fraction=0.5), DIMS)
+  assert not np.allclose(p_rope.inv_freq[:4], partial.inv_freq)
+  rebased = positions.build(cfg("rope", rotary_fraction=0.5, rope_theta=100.0), DIMS)
+  np.testing.assert_allclose(p_rope.inv_freq[:4], rebased.inv_freq, rtol=1e-6)
+
+
+def test_hope_removes_the_components_without_a_full_period_in_train_len():
+  # Wavelengths 2 pi / theta_i of the 8 pairs: 6.28, 19.9, 62.8, 199, 628, 1987, 6283, 19869.
+  wavelengths = [2 * math.pi / f for f in ROPE_FREQS]
+  assert [round(w, 1) for w in wavelengths[:3]] == [6.3, 19.9, 62.8]
+  scheme = positions.build(cfg("hope"), DIMS)  # L = train_len = 32: pairs 0 and 1 stay
+  np.testing.assert_allclose(scheme.inv_freq, ROPE_FREQS[:2] + [0.0] * 6, rtol=1e-6)
+  longer = positions.build(cfg("hope", hope_train_len=1000), DIMS)  # pairs 0..4 (628 <= 1000)
+  np.testing.assert_allclose(longer.inv_freq, ROPE_FREQS[:5] + [0.0] * 3, rtol=1e-6)
+  q, k, pos = qk(1)
+  got_q, got_k = longer.rotate(q, k, pos, pos, 1)
+  want = ROPE_FREQS[:5] + [0.0] * 3
+  np.testing.assert_allclose(np.asarray(got_k), rotate_by_hand(k, pos, want), atol=2e-5)
+
+
+def test_resonance_rope_rounds_every_wavelength_to_whole_tokens():
+  scheme = positions.build(cfg("resonance_rope"), DIMS)
+  want = [2 * math.pi / max(1, round(2 * math.pi / f)) for f in ROPE_FREQS]
+  # 6.283 -> 6 tokens, 19.87 -> 20, 62.83 -> 63, ...
+  assert [round(2 * math.pi / w) for w in want[:3]] == [6, 20, 63]
+  np.testing.assert_allclose(scheme.inv_freq, want, rtol=1e-6)
+  # A whole wavelength later, every pair's rotation is the same (the resonance property).
+  q, k, pos = qk(2)
+  period = 6 * 20 * 63  # a common multiple of the first three wavelengths
+  x = q[..., [0, 1, 2, 8, 9, 10]]
+  a = rotate_by_hand(q, pos, want)
+  b = rotate_by_hand(q, pos + period, want)
+  np.testing.assert_allclose(a[..., [0, 1, 2, 8, 9, 10]], b[..., [0, 1, 2, 8, 9, 10]], atol=1e-6)
+  assert x.shape[-1] == 6
+  got_q, _ = scheme.rotate(q, k, pos, pos, 0)
+  np.testing.assert_allclose(np.asarray(got_q), a, atol=2e-5)
+
+
+def test_rope_scaling_composes_with_the_variants():
+  """PI divides positions by s; the variant's frequencies are then the ones rotated with."""
+  scheme = positions.build(cfg("p_rope", p_rope_fraction=0.5, rope_scaling="pi",
+                               rope_scaling_factor=4.0, rope_scaling_train_len=L), DIMS)
+  q, k, pos = qk(3)
+  got_q, _ = scheme.rotate(q, k, pos, pos, 0)
+  want = ROPE_FREQS[:4] + [0.0] * 4
+  np.testing.assert_allclose(np.asarray(got_q), rotate_by_hand(q, np.asarray(pos) / 4.0, want),
+                             atol=2e-5)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("p_rope_fraction", 1.5, "p_rope_fraction must lie in \\[0, 1\\]"),
+    ("p_rope_fraction", -0.1, "p_rope_fraction must lie in \\[0, 1\\]"),
+])
+def test_bad_p_rope_fields_name_themselves(field, value, match):
+  c = tiny_config("unused", "p_rope")
+  c.model.position[field] = value
+  with pytest.raises(ConfigError, match=match):
+    validate(c, 1)
+
+
+def test_bad_hope_length_names_itself():
+  c = tiny_config("unused", "hope")
+  c.model.position.hope_train_len = 0
+  with pytest.raises(ConfigError, match="hope_train_len must be -1"):
+    validate(c, 1)
