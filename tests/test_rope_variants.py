@@ -127,3 +127,36 @@ def test_bad_hope_length_names_itself():
   c.model.position.hope_train_len = 0
   with pytest.raises(ConfigError, match="hope_train_len must be -1"):
     validate(c, 1)
+
+
+def test_rope_heads_rotates_the_first_heads_only():
+  scheme = positions.build(cfg("rope", rope_heads=3), DIMS)
+  full = positions.build(cfg("rope"), DIMS)
+  q, k, pos = qk(4)
+  got_q, got_k = scheme.rotate(q, k, pos, pos, 0)
+  want_q, want_k = full.rotate(q, k, pos, pos, 0)
+  assert np.array_equal(np.asarray(got_q)[:, :, :3], np.asarray(want_q)[:, :, :3])
+  assert np.array_equal(np.asarray(got_k)[:, :, :3], np.asarray(want_k)[:, :, :3])
+  assert np.array_equal(np.asarray(got_q)[:, :, 3], np.asarray(q)[:, :, 3])  # a NoPE head
+  assert isinstance(scheme.kernel_spec(0, pos, pos), str)  # falls back to XLA, says why
+  every = positions.build(cfg("rope", rope_heads=4), DIMS)  # = num_heads: plain RoPE
+  assert np.array_equal(np.asarray(every.rotate(q, k, pos, pos, 0)[0]), np.asarray(want_q))
+
+
+def test_alibi_heads_gives_the_first_heads_the_n_head_slopes_and_the_rest_none():
+  from models.positions.alibi import alibi_slopes
+  alibi = lambda **kw: positions.build(ml_collections.ConfigDict(dict(kind="alibi", **kw)), DIMS)
+  assert alibi(alibi_heads=2).slopes == (2 ** -4, 2 ** -8, 0.0, 0.0)  # 2 heads: 2^(-8h/2)
+  assert alibi(alibi_heads=-1).slopes == tuple(alibi_slopes(4))
+  assert alibi(alibi_heads=0).slopes == (0.0,) * 4
+  pos = jnp.asarray([[0, 1, 5]], jnp.int32)
+  bias = np.asarray(alibi(alibi_heads=2).bias(pos, pos, 0))
+  assert bias[0, 0, 2, 0] == -5 * 2 ** -4 and not bias[0, 2:].any()
+
+
+@pytest.mark.parametrize("kind,field,value", [("rope", "rope_heads", 5), ("alibi", "alibi_heads", -2)])
+def test_bad_head_counts_name_the_field(kind, field, value):
+  c = tiny_config("unused", kind)
+  c.model.position[field] = value
+  with pytest.raises(ConfigError, match=f"model.position.{field} must be -1"):
+    validate(c, 1)

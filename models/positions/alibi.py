@@ -89,6 +89,8 @@ class ALiBi(PositionalScheme):
   config_fields = {
       "alibi_interpolation": (False, "slopes times L/n for a query seeing n > L keys "
                                      "(eval.extension=alibi_interpolation)."),
+      "alibi_heads": (-1, "ALiBi on the first N heads only (the N-head slopes), the rest NoPE; "
+                          "-1 = every head."),
   }
 
   @classmethod
@@ -97,12 +99,27 @@ class ALiBi(PositionalScheme):
     if not isinstance(interpolation, bool):
       raise ConfigError(f"model.position.alibi_interpolation must be True or False; "
                         f"got {interpolation!r}")
+    heads = cfg.get("alibi_heads", -1)
+    if isinstance(heads, bool) or not isinstance(heads, int) or not (
+        heads == -1 or 0 <= heads <= dims.num_heads):
+      raise ConfigError(f"model.position.alibi_heads must be -1 (every head) or a head count in "
+                        f"0..model.num_heads={dims.num_heads}; got {heads!r}")
 
   def __init__(self, cfg, dims, *, rngs):
-    """cfg: the `model.position` section (alibi_interpolation); dims: see `Dims` (train_len is
-    the L of interpolation)."""
+    """cfg: the `model.position` section (alibi_interpolation, alibi_heads); dims: see `Dims`
+    (train_len is the L of interpolation).
+
+    With `alibi_heads` = N < num_heads, heads 0..N-1 take the slopes of an N-head ALiBi and
+    the other heads slope 0: no positional bias (NoPE heads), as in the hybrid position/NoPE
+    heads of recent long-context models."""
     del rngs
-    self.slopes = tuple(float(m) for m in alibi_slopes(dims.num_heads))  # static, hashable
+    heads = int(cfg.get("alibi_heads", -1))
+    if heads == -1 or heads == dims.num_heads:
+      slopes = alibi_slopes(dims.num_heads)
+    else:
+      slopes = np.concatenate([alibi_slopes(heads) if heads else np.zeros(0),
+                               np.zeros(dims.num_heads - heads)])
+    self.slopes = tuple(float(m) for m in slopes)  # static, hashable
     # Interpolation: L in tokens; 0 = off (the plain bias, bit for bit).
     self.interpolation_len = dims.train_len if cfg.get("alibi_interpolation", False) else 0
 

@@ -144,6 +144,7 @@ class RoPE(PositionalScheme):
       "rotary_fraction": (1.0, "share of head_dim that rotates (partial RoPE)."),
       "nope_every": (0, "layers N-1, 2N-1, ... use no rotation; 0 = none."),
       "rope_theta_per_layer": ((), "one rope_theta per layer; () = rope_theta everywhere."),
+      "rope_heads": (-1, "RoPE on the first N heads only, the rest NoPE; -1 = every head."),
       **rope_scaling.CONFIG_FIELDS,  # rope_scaling and its parameters (models/rope_scaling.py)
   }
 
@@ -173,6 +174,11 @@ class RoPE(PositionalScheme):
       if not (_is_number(theta) and theta > 1):
         raise ConfigError(f"model.position.rope_theta_per_layer[{i}] must be a number > 1; "
                           f"got {theta!r}")
+    heads = cfg.get("rope_heads", -1)
+    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or not (
+        heads == -1 or 0 <= heads <= dims.num_heads):
+      raise ConfigError(f"model.position.rope_heads must be -1 (every head) or a head count in "
+                        f"0..model.num_heads={dims.num_heads}; got {heads!r}")
     rope_scaling.check_config(cfg, rotary_dim(dims.head_dim, cfg.rotary_fraction))
 
   @classmethod
@@ -202,6 +208,11 @@ class RoPE(PositionalScheme):
         type(self).frequency_transform(cfg, dims, np.asarray(f, np.float32)), np.float32)
     _plain = lambda theta: transform(rope_inv_freq(rot, theta))  # noqa: E731
     self.rot_dim, self.num_layers = rot, dims.num_layers
+    heads = int(cfg.get("rope_heads", -1))
+    # Heads 0..rope_heads-1 rotate, the others keep q and k as they are (NoPE heads): a head-wise
+    # form of the RoPE/NoPE hybrid that "RoPE to NoPE and back" (arXiv 2501.18795) builds from
+    # whole layers (`nope_every`); -1 = all heads.
+    self.rope_heads = -1 if heads in (-1, dims.num_heads) else heads
     thetas = tuple(cfg.get("rope_theta_per_layer", ()) or ())
     nope_every = int(cfg.get("nope_every", 0) or 0)
     if cfg.get("rope_scaling", "none") == "none":
@@ -306,6 +317,17 @@ class RoPE(PositionalScheme):
     factor, LongRoPE's keep_first rotates positions below it with the plain frequencies and no
     factor; STRING's factor multiplies every position's q and k. Outputs keep q's/k's dtype.
     """
+    if self.rope_heads != -1:
+      return self._on_heads(q, k, self._rotate(q, k, q_positions, k_positions, layer))
+    return self._rotate(q, k, q_positions, k_positions, layer)
+
+  def _on_heads(self, q, k, rotated):
+    """`rotated` (q, k) on heads < rope_heads, the input q, k on the others."""
+    keep = (jnp.arange(q.shape[2]) < self.rope_heads)[None, None, :, None]
+    return jnp.where(keep, rotated[0], q), jnp.where(keep, rotated[1], k)
+
+  def _rotate(self, q, k, q_positions, k_positions, layer):
+    """`rotate` on every head."""
     inv_freq = self._frequencies(layer, q_positions, k_positions)
     if inv_freq is None:
       return q, k
@@ -344,6 +366,9 @@ class RoPE(PositionalScheme):
     inv_freq = self._frequencies(layer, q_positions, k_positions)
     if inv_freq is None:
       return KernelSpec()
+    if self.rope_heads != -1:
+      return (f"RoPE with model.position.rope_heads={self.rope_heads} (rotation on some heads "
+              "only, which a KernelSpec cannot say)")
     if self.keep_first:
       return (f"RoPE with model.position.longrope_keep_first={self.keep_first} (positions below it "
               "are rotated with other frequencies than the rest, which a KernelSpec cannot say)")
