@@ -135,7 +135,7 @@ def _mean_band(frame, x: str, y: str):
 # scheme most extensions apply to, to learned's orange and to the train_len marker).
 SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
                 "xpos", "kerple_power", "sandwich", "cope", "rope_mixed", "p_rope", "hope",
-                "resonance_rope")
+                "resonance_rope", "transformer_xl")
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9")
 PALETTE = OKABE_ITO + ("#8B4513", "#332288", "#999933")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "+", "x")

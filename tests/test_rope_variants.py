@@ -160,3 +160,36 @@ def test_bad_head_counts_name_the_field(kind, field, value):
   c.model.position[field] = value
   with pytest.raises(ConfigError, match=f"model.position.{field} must be -1"):
     validate(c, 1)
+
+
+def test_transformer_xl_bias_is_the_papers_relative_terms():
+  """A_ij - q.k = q_i . W_R R_{i-j} + u . k_j + v . W_R R_{i-j}, all over sqrt(D) (arXiv
+  1901.02860, Sec. 3.3; the authors' code scales the whole score), with R_t = [sin(t w),
+  cos(t w)], w_f = 10000^(-2f/d_model), written out here."""
+  dims = positions.Dims(num_heads=2, head_dim=4, d_model=8, num_layers=2, train_len=16)
+  from flax import nnx
+  scheme = positions.build(ml_collections.ConfigDict(dict(kind="transformer_xl", per_layer=True,
+                                                          txl_untie_r=False)), dims,
+                           rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(5)
+  q = rng.normal(size=(1, 5, 2, 4)).astype(np.float32)
+  k = rng.normal(size=(1, 6, 2, 4)).astype(np.float32)
+  qp = np.array([[1, 2, 3, 40, 41]], np.int32)
+  kp = np.array([[0, 1, 2, 3, 40, 41]], np.int32)
+  got = np.asarray(scheme.bias(jnp.asarray(qp), jnp.asarray(kp), 1, q=jnp.asarray(q),
+                               k=jnp.asarray(k)))
+  w_r = np.asarray(scheme.w_r[...])[1]  # layer 1's [d_model, H, D]
+  u, v = np.asarray(scheme.u[...])[0], np.asarray(scheme.v[...])[0]
+  freqs = [10000.0 ** (-2 * f / 8) for f in range(4)]
+  want = np.zeros((1, 2, 5, 6))
+  for h in range(2):
+    for i in range(5):
+      for j in range(6):
+        t = qp[0, i] - kp[0, j]
+        r = np.array([math.sin(t * w) for w in freqs] + [math.cos(t * w) for w in freqs])
+        p = r @ w_r[:, h, :]  # W_R R_t for head h: [D]
+        want[0, h, i, j] = (q[0, i, h] @ p + u[h] @ k[0, j, h] + v[h] @ p) / 2.0  # sqrt(4)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  # Layer 0 has its own W_R (per_layer), u and v are shared (untie_r False).
+  assert scheme.w_r[...].shape == (2, 8, 2, 4) and scheme.u[...].shape == (1, 2, 4)
+  assert isinstance(scheme.kernel_spec(0, jnp.asarray(qp), jnp.asarray(kp)), str)

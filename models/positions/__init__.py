@@ -41,6 +41,7 @@ from models.positions.rope import RoPE
 from models.positions.sandwich import Sandwich
 from models.positions.sinusoidal import Sinusoidal
 from models.positions.t5 import T5Bias
+from models.positions.transformer_xl import TransformerXL
 from models.positions.xpos import XPos
 
 REGISTRY: dict[str, type[PositionalScheme]] = {
@@ -59,6 +60,7 @@ REGISTRY: dict[str, type[PositionalScheme]] = {
     "p_rope": PRoPE,
     "hope": HoPE,
     "resonance_rope": ResonanceRoPE,
+    "transformer_xl": TransformerXL,
 }
 
 
