@@ -5,7 +5,7 @@ The experiment the context-extension papers are built on, at the scale of two CP
   * **Parents** (from scratch, configs/alibi_tiny.py: the 0.82M-parameter byte-level decoder,
     Shakespeare text only, no passkey documents): RoPE at train_len L = 256, 900 steps of
     16 x 256 tokens (3.69M tokens; the foundation runs' validation loss flattens near step 900,
-    README "Quick start"), 2 seeds (the initialisation `seed` and the data order
+    README "Two commands"), 2 seeds (the initialisation `seed` and the data order
     `data.shuffle_seed` together: 0/0 and 1/1). ALiBi parents of the same budget and seeds are
     the "needs no extension" reference, evaluated as trained.
   * **Children**, a warm start from each RoPE parent (`train.init_from`) at the target length
@@ -35,14 +35,19 @@ Launch (resumable: the same command continues), collect and report:
       --root=workdirs/sweeps --parallel=2
   python -m sweeps.collect workdirs/sweeps/context_extension_cpu
 
-Children start when their parent is complete (sweeps.launch, `run_all`'s `after`), so the two
-slots of --parallel=2 stay busy. Planned time on 2 free cores, from the measured step times
-(bench/RESULTS.md, 2026-12-03: 0.26-0.53 s per 16 x 256 step of this model alone, by machine;
-two runs side by side share the cores) -- NOT yet measured as a whole study: 6 parents (4 x 900
-and 2 x 1,500 steps) about 45-80 min; 22 children of 90 steps about 25-45 min; evaluation
-passes (6 lengths to 4,096 tokens, sliding and attention passes, passkey grids of 3 trials)
-about 60-90 min; the two LongRoPE searches about 10 min. About 2.5-3.7 h in all; the measured
-phase times replace these figures when the study has run.
+Children start when their parent is complete (sweeps.launch, `run_all`'s `after`; each run's
+children are queued right after it), so the two slots of --parallel=2 stay busy.
+
+Measured on 2026-12-03 (AMD EPYC, 2 cores, --parallel=2; a test suite and a fresh-clone check
+shared the cores for much of it, so these are upper bounds): each RoPE parent 37 min of its slot
+(training 900 steps 29 min at 1.0-3.1 s per step depending on the other load, the final
+evaluation 3 min, the sliding, attention and two eval-only-control passes 7 min); each LM child
+5-7 min (training 90 steps of 4 x 1,024 about 2.5 min, its evaluations the rest); LongRoPE's
+child 8.7 min, of which the factor search on the parent 2 min. The RoPE parents and their 16
+children took 1 h 40 min of wall time. Not yet measured: the ALiBi parents (planned as the
+RoPE parents, 37 min each) and the passkey track (2 parents of 1,500 steps, about 60 min each
+side by side, plus 6 children with passkey grids): about 2 h more, so about 3.7 h in all, within
+the 4-hour budget only on free cores.
 """
 
 from sweeps.study import Study, cross, zip_
@@ -104,5 +109,6 @@ STUDY = Study(
     common={"eval.length_multipliers": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)},
     description="RoPE parents at L=256 (2 seeds) -> 8 extension methods fine-tuned at 4L for 10% "
                 "of the parent's tokens, eval-only controls, ALiBi reference, passkey track; "
-                "planned 2.5-3.7 h on 2 free cores with --parallel=2 (not yet measured)",
+                "about 3.7 h on 2 cores with --parallel=2 (the LM track measured: 1 h 40 min; "
+                "module docstring)",
 )

@@ -426,7 +426,7 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
       print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else "")
             + (f"; warm start from {p.run.parent}" if p.run.parent else ""))
       for step in run_steps(p, python, config_arg):
-        print(step.line)
+        print(("# before training: " if step.label.startswith("before") else "") + step.line)
     return []
   def job(p: Planned) -> Outcome:
     steps = run_steps(p, python, config_arg)

@@ -491,6 +491,7 @@ def test_context_extension_study_lists_every_child_with_its_parent():
   # LongRoPE's factor search runs on the parent before its child trains.
   lines = dry.stdout.splitlines()
   search = next(i for i, l in enumerate(lines) if "sweeps.longrope_search" in l)
+  assert lines[search].startswith("# before training: ")
   assert "--workdir=/tmp/none/context_extension_cpu/kind=rope,seed=0,shuffle_seed=0" in lines[search]
   assert "extend_longrope.py" in lines[search + 1]
 
