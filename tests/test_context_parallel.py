@@ -90,7 +90,25 @@ def _assert_equal(reference, other, what: str):
   np.testing.assert_allclose(n2, n1, rtol=2e-5, atol=2e-5, err_msg=f"{what}: 4x NLL")
 
 
-@pytest.mark.parametrize("kind", sorted(positions.REGISTRY))
+# Schemes whose positional code path is another's, with the one that covers it: the RoPE-family
+# variants change only the inverse frequencies RoPE.rotate uses (models/positions/p_rope.py, hope,
+# resonance_rope), KERPLE's power form differs from the log form only in its kernel, and NoPE and
+# sinusoidal reach the model, like learned positions, only through the embedding of the position
+# ids. The others each have their own path through context parallelism, and each is run.
+SAME_PATH_AS = {"p_rope": "rope", "hope": "rope", "resonance_rope": "rope",
+                "kerple_power": "kerple_log", "none": "learned", "sinusoidal": "learned"}
+DISTINCT_PATHS = sorted(set(positions.REGISTRY) - set(SAME_PATH_AS))
+
+
+def test_every_scheme_is_run_or_shares_a_run_schemes_path():
+  assert set(SAME_PATH_AS) <= set(positions.REGISTRY)
+  assert set(SAME_PATH_AS.values()) <= set(DISTINCT_PATHS)
+  for kind, covered_by in SAME_PATH_AS.items():  # the attention hooks are the cover's own
+    cls, cover = positions.REGISTRY[kind], positions.REGISTRY[covered_by]
+    assert (cls.rotate, cls.bias) == (cover.rotate, cover.bias), kind
+
+
+@pytest.mark.parametrize("kind", DISTINCT_PATHS)
 def test_context_parallel_equals_one_device_for_every_scheme(text_corpus, kind):
   # Training at 29 tokens (padded to 32 = 2 x 4 chunks of 4 on context 4) on data 2 x
   # context 4; evaluation at 4 x train_len = 64 tokens. One layer, unchunked: the layer and

@@ -291,18 +291,42 @@ def _bench(*args):
                         capture_output=True, text=True, cwd=root, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("flag,message", [
+BENCH_BAD_FLAGS = [
     ("--impls=foo", "--impls takes a non-empty list from ['kernel', 'xla', 'cudnn']"),
     ("--seq_lens=0", "--seq_lens takes positive integers"),
     ("--head_dims=abc", "--head_dims takes positive integers"),
     ("--blocks=64", "--blocks takes four powers of two >= 8"),
     ("--iters=0", "--iters takes positive integers"),
-])
-def test_bench_refuses_bad_flags_in_one_line(flag, message):
-  proc = _bench(flag)
+]
+
+
+def test_bench_refuses_bad_flags_in_one_line():
+  # The command line end to end for one bad flag (exit 2, one line, nothing measured) ...
+  proc = _bench(BENCH_BAD_FLAGS[0][0])
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-  assert proc.stderr.strip().startswith(f"error: {message}"), proc.stderr
+  assert proc.stderr.strip().startswith(f"error: {BENCH_BAD_FLAGS[0][1]}"), proc.stderr
   assert "|" not in proc.stdout  # nothing was measured
+  # ... and every bad flag through the bench's own check, in one process (one JAX start-up).
+  import subprocess
+  import sys
+  script = (
+      "import sys; sys.argv = ['attention.py']; sys.path.insert(0, 'bench')\n"
+      "import attention\n"
+      f"for flag in {[f for f, _ in BENCH_BAD_FLAGS]!r}:\n"
+      "  attention.FLAGS.unparse_flags(); attention.FLAGS(['attention.py', flag])\n"
+      "  try:\n"
+      "    attention.check_flags(); print('accepted', flag)\n"
+      "  except ValueError as e:\n"
+      "    print(str(e).splitlines()[0])\n")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
+  checked = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           cwd=root, env=env, timeout=300)
+  assert checked.returncode == 0, checked.stderr[-2000:]
+  lines = checked.stdout.strip().splitlines()
+  assert len(lines) == len(BENCH_BAD_FLAGS)
+  for line, (flag, message) in zip(lines, BENCH_BAD_FLAGS):
+    assert line.startswith(message), (flag, line)
 
 
 def test_bench_prints_its_table_on_cpu():

@@ -197,18 +197,24 @@ FROZEN_POSITION = {
     "string_attention_factor": 1.0, "attention_temperature": False,
     "attention_temperature_form": "logn", "attention_temperature_layers": (),
 }
+# Fields declared by the schemes registered since (issue 22), with their defaults.
+ADDED_POSITION = {
+    "p_rope_fraction": 0.75, "hope_train_len": -1, "rope_heads": -1, "alibi_heads": -1,
+    "txl_untie_r": False,
+}
 
 
 def test_the_gathered_position_section_is_the_hand_written_one():
   from configs import base
   position = base.get_config().model.position.to_dict()
-  assert position == FROZEN_POSITION
-  assert {k: type(v) for k, v in position.items()} == {k: type(v) for k, v in FROZEN_POSITION.items()}
+  expected = {**FROZEN_POSITION, **ADDED_POSITION}
+  assert position == expected
+  assert {k: type(v) for k, v in position.items()} == {k: type(v) for k, v in expected.items()}
 
 
 def test_every_field_is_declared_with_a_one_line_comment():
   fields = positions.config_fields()
-  assert set(fields) == set(FROZEN_POSITION) - {"kind"}
+  assert set(fields) == (set(FROZEN_POSITION) | set(ADDED_POSITION)) - {"kind"}
   for name, (_, comment) in fields.items():
     assert isinstance(comment, str) and comment and "\n" not in comment, name
 
@@ -216,7 +222,8 @@ def test_every_field_is_declared_with_a_one_line_comment():
 def test_the_relative_schemes():
   from models import extensions
   assert set(extensions.relative_kinds()) == {"rope", "xpos", "alibi", "t5", "kerple_log",
-                                              "kerple_power", "fire", "sandwich"}
+                                              "kerple_power", "fire", "sandwich", "p_rope", "hope",
+                                              "resonance_rope", "transformer_xl"}
 
 
 def test_a_shared_field_with_two_defaults_is_refused(monkeypatch):
