@@ -38,16 +38,24 @@ Launch (resumable: the same command continues), collect and report:
 Children start when their parent is complete (sweeps.launch, `run_all`'s `after`; each run's
 children are queued right after it), so the two slots of --parallel=2 stay busy.
 
-Measured on 2026-12-03 (AMD EPYC, 2 cores, --parallel=2; a test suite and a fresh-clone check
-shared the cores for much of it, so these are upper bounds): each RoPE parent 37 min of its slot
-(training 900 steps 29 min at 1.0-3.1 s per step depending on the other load, the final
-evaluation 3 min, the sliding, attention and two eval-only-control passes 7 min); each LM child
-5-7 min (training 90 steps of 4 x 1,024 about 2.5 min, its evaluations the rest); LongRoPE's
-child 8.7 min, of which the factor search on the parent 2 min. The RoPE parents and their 16
-children took 1 h 40 min of wall time. Not yet measured: the ALiBi parents (planned as the
-RoPE parents, 37 min each) and the passkey track (2 parents of 1,500 steps, about 60 min each
-side by side, plus 6 children with passkey grids): about 2 h more, so about 3.7 h in all, within
-the 4-hour budget only on free cores.
+Measured on 2026-12-03 (AMD EPYC, 2 cores, --parallel=2), from each run's launch.log. Test suites
+and a fresh-clone check shared the cores for most of it (load average 3-6 on 2 cores), so these
+are upper bounds:
+  * each RoPE parent: 37 min of its slot. Training 900 steps took 29 min at 1.0-3.1 s per step,
+    depending on the other load; the final evaluation 3 min; the sliding, attention and two
+    eval-only-control passes 7 min;
+  * each LM child: 5-7 min. Training 90 steps of 4 x 1,024 took about 2.5 min, its evaluations
+    the rest. LongRoPE's child took 8.7 min (seed 0) and 17.8 min (seed 1, more load), the factor
+    search on the parent included (1.8 and 3.5 min);
+  * the RoPE parents and their 16 children: 1 h 48 min of wall time (14:30 to 16:18);
+  * the ALiBi parents: 25-26 min each, side by side;
+  * the passkey track. The two 1,500-step parents were interrupted by the end of a session and
+    resumed from their checkpoints. Their last part took 53 and 57 min side by side with a full
+    test suite, and the 6 children 10-16 min each.
+The whole study took about 4 h of wall time on these shared cores (the passkey parents are
+counted by their resumed part). Free cores need less. The default RoPE run alone (900 steps and
+its evaluation) took 4 min 43 s on this machine type (results/README.md). Here, each parent's
+training took 29 min, sharing the cores with another run and the tests.
 """
 
 from sweeps.study import Study, cross, zip_
@@ -109,6 +117,6 @@ STUDY = Study(
     common={"eval.length_multipliers": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)},
     description="RoPE parents at L=256 (2 seeds) -> 8 extension methods fine-tuned at 4L for 10% "
                 "of the parent's tokens, eval-only controls, ALiBi reference, passkey track; "
-                "about 3.7 h on 2 cores with --parallel=2 (the LM track measured: 1 h 40 min; "
+                "about 4 h measured on 2 shared cores with --parallel=2 (phase times in the "
                 "module docstring)",
 )

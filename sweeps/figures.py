@@ -72,6 +72,12 @@ def read_table(path: str):
   if missing:
     raise ValueError(f"{path} is not a results table: no {' or '.join(missing)} column "
                      "(sweeps.collect's results.parquet / results.csv, not its summary.csv)")
+  for column in frame.columns[frame.dtypes == object]:
+    # Parquet gives a list-valued config field (eval.length_multipliers, LongRoPE's factors) back
+    # as numpy arrays; collect's frame holds tuples, which compare and group like the configs.
+    if frame[column].map(lambda v: isinstance(v, np.ndarray)).any():
+      frame[column] = frame[column].map(lambda v: tuple(v.tolist()) if isinstance(v, np.ndarray)
+                                        else v)
   return frame
 
 
@@ -734,13 +740,27 @@ def _families(frame):
   return pd.concat(labels), styles
 
 
+def _training_mixes(frame) -> list[tuple[str, object]]:
+  """The table split by training mix (`train_passkey_fraction`, the share of training windows
+  that are passkey documents): [(panel title, rows)], text-only first; one entry, titled "",
+  when every run has the same mix. Runs of different mixes are never averaged together."""
+  if "train_passkey_fraction" not in frame:
+    return [("", frame)]
+  share = pd.to_numeric(frame["train_passkey_fraction"], errors="coerce").fillna(0.0)
+  values = sorted(set(share))
+  if len(values) < 2:
+    return [("", frame)]
+  return [("training mix: text only" if v == 0 else
+           f"training mix: {100 * v:g}% passkey windows", frame[share == v]) for v in values]
+
+
 @_any_table
 def fig_context_extension(frame, protocol: str = "non_overlapping"):
   """Context extension: perplexity vs length of the parents as trained, each recipe's
   fine-tuned children (solid), each method applied to the parents at evaluation only (dashed,
   in its recipe's colour) and the from-scratch references of other schemes (grey, dotted); mean
   over seeds (parents), band = min..max; the parents' train_len and the fine-tuning length
-  marked.
+  marked. One panel per training mix (`_training_mixes`).
 
   Returns:
     A Figure, or None when the table has no warm-started child with ppl_vs_length rows for
@@ -750,32 +770,41 @@ def fig_context_extension(frame, protocol: str = "non_overlapping"):
     ValueError: `protocol` is not one of PROTOCOLS.
   """
   _check("protocol", protocol, PROTOCOLS)
-  rows, styles = _families(_suite(frame, "ppl_vs_length", protocol, None))
-  if rows is None or rows.empty:
+  panels = []
+  for title, part in _training_mixes(_suite(frame, "ppl_vs_length", protocol, None)):
+    rows, styles = _families(part)
+    if rows is not None and not rows.empty:
+      panels.append((title, rows, styles))
+  if not panels:
     return None
-  fig, ax = subplots(figsize=(7.4, 4.6), dpi=110, layout="constrained")
-  for label, group in rows.groupby("family", sort=False):
-    stats = group.groupby("length")["ppl"].agg(["mean", "min", "max"]).sort_index()
-    line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label, **styles[label])
-    if (stats["max"] > stats["min"]).any():
-      ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.15)
-  parent_len = _train_len(rows[rows["method"].fillna("") == ""])
-  length_axis(ax, parent_len)
-  tuned = rows.loc[rows["method"].fillna("") != "", "train_len"].dropna()
-  tuned = sorted(set(int(t) for t in tuned) - {parent_len})
-  for t in tuned:
-    ax.axvline(t, color="black", linestyle=(0, (1, 3)), linewidth=1.2,
-               label=f"fine-tuning length={t}")
-  _log_ppl_axis(ax)
-  ax.set_title(f"Context extension ({protocol}): parents, fine-tuned children, eval-only "
-               "controls;\nmean over seeds, band = min..max", fontsize=9)
+  fig, axes = subplots(1, len(panels), figsize=(1.6 + 5.8 * len(panels), 4.6), dpi=110,
+                       layout="constrained", squeeze=False, sharey=True)
+  for ax, (title, rows, styles) in zip(axes[0], panels):
+    for label, group in rows.groupby("family", sort=False):
+      stats = group.groupby("length")["ppl"].agg(["mean", "min", "max"]).sort_index()
+      line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label, **styles[label])
+      if (stats["max"] > stats["min"]).any():
+        ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(),
+                        alpha=0.15)
+    parent_len = _train_len(rows[rows["method"].fillna("") == ""])
+    length_axis(ax, parent_len)
+    tuned = rows.loc[rows["method"].fillna("") != "", "train_len"].dropna()
+    for t in sorted(set(int(t) for t in tuned) - {parent_len}):
+      ax.axvline(t, color="black", linestyle=(0, (1, 3)), linewidth=1.2,
+                 label=f"fine-tuning length={t}")
+    _log_ppl_axis(ax)
+    if title:
+      ax.set_title(title, fontsize=9)
+  fig.suptitle(f"Context extension ({protocol}): parents, fine-tuned children, eval-only "
+               "controls; mean over seeds, band = min..max", fontsize=9)
   _legend(fig)
   return fig
 
 
 def fig_fine_tuning_curves(curves, frame):
   """Training loss of the warm-started children against their fine-tuning step, one line per
-  recipe (`method`), mean over its children (one per parent seed), band = min..max.
+  recipe (`method`), mean over its children (one per parent seed), band = min..max; one panel
+  per training mix (`_training_mixes`).
 
   Args:
     curves: read_training_curves's frame; frame: the results table (its `method` column).
@@ -785,22 +814,31 @@ def fig_fine_tuning_curves(curves, frame):
   """
   if curves is None or curves.empty or "method" not in frame:
     return None
-  methods = frame.drop_duplicates("run").set_index("run")["method"].fillna("")
-  rows = curves.assign(method=curves["run"].map(methods)).dropna(subset=["loss"])
-  rows = rows[rows["method"].fillna("") != ""]
-  if rows.empty:
+  panels = []
+  for title, part in _training_mixes(frame.drop_duplicates("run")):
+    methods = part.set_index("run")["method"].fillna("")
+    rows = curves[curves["run"].isin(methods.index)]
+    rows = rows.assign(method=rows["run"].map(methods)).dropna(subset=["loss"])
+    rows = rows[rows["method"] != ""]
+    if not rows.empty:
+      panels.append((title, rows))
+  if not panels:
     return None
-  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
-  for method, group in rows.groupby("method"):
-    stats = group.groupby("step")["loss"].agg(["mean", "min", "max"]).sort_index()
-    colour = METHOD_COLOURS.get(method, "#555555")
-    ax.plot(stats.index, stats["mean"], color=colour, linewidth=1.3, label=method)
-    if (stats["max"] > stats["min"]).any():
-      ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15)
-  ax.set_xlabel("fine-tuning step")
-  ax.set_ylabel("training loss (nats per token)")
-  ax.grid(True, alpha=0.3)
-  ax.set_title("Fine-tuning curves per recipe; mean over parents' seeds, band = min..max",
+  fig, axes = subplots(1, len(panels), figsize=(1.4 + 5.2 * len(panels), 4.2), dpi=110,
+                       layout="constrained", squeeze=False)
+  for ax, (title, rows) in zip(axes[0], panels):
+    for method, group in rows.groupby("method"):
+      stats = group.groupby("step")["loss"].agg(["mean", "min", "max"]).sort_index()
+      colour = METHOD_COLOURS.get(method, "#555555")
+      ax.plot(stats.index, stats["mean"], color=colour, linewidth=1.3, label=method)
+      if (stats["max"] > stats["min"]).any():
+        ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15)
+    ax.set_xlabel("fine-tuning step")
+    ax.set_ylabel("training loss (nats per token)")
+    ax.grid(True, alpha=0.3)
+    if title:
+      ax.set_title(title, fontsize=9)
+  fig.suptitle("Fine-tuning curves per recipe; mean over parents' seeds, band = min..max",
                fontsize=9)
   _legend(fig)
   return fig

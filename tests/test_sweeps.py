@@ -616,3 +616,16 @@ def test_context_extension_figure_pairs_each_method_with_its_eval_only_control()
   assert set(lines) == {"pi", "drope"}
   assert list(lines["pi"].get_data()[1]) == pytest.approx([2.4, 2.3, 2.2])
   assert lines["pi"].get_color() == figures.METHOD_COLOURS["pi"]
+  # Runs of another training mix (a passkey share) get their own panel, never the same mean.
+  mixed = pd.DataFrame(rows).assign(train_passkey_fraction=0.0)
+  other = mixed[mixed["run"].isin(["p0", "pi0"])].assign(
+      run=lambda f: "pk_" + f["run"], parent=lambda f: f["parent"].str.replace("p0@", "pk_p0@"),
+      train_passkey_fraction=0.25, ppl=lambda f: f["ppl"] + 10.0)
+  fig = figures.fig_context_extension(pd.concat([mixed, other]))
+  assert [ax.get_title() for ax in fig.axes[:2]] == ["training mix: text only",
+                                                     "training mix: 25% passkey windows"]
+  text_only = {l.get_label(): l for l in fig.axes[0].get_lines()}
+  assert text_only["pi (fine-tuned)"].get_data()[1][1] == pytest.approx(4.05)  # as before
+  passkey = {l.get_label(): l for l in fig.axes[1].get_lines()}
+  assert passkey["pi (fine-tuned)"].get_data()[1][1] == pytest.approx(14.0)
+  assert "alibi (from scratch, reference)" not in passkey
