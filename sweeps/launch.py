@@ -1,4 +1,5 @@
-"""Launches a study's runs: `python -m sweeps.launch <study> --backend=local|tpu|slurm --root=<dir>`.
+"""Launches a study's runs: `python -m sweeps.launch <study> --backend=local|tpu|slurm --root=<dir>`
+(local: --root defaults to workdirs/sweeps).
 
   python -m sweeps.launch sweeps/pe_extrapolation_cpu.py --backend=local --root=workdirs/sweeps
   python -m sweeps.launch sweeps.pe_extrapolation_cpu --backend=local --root=workdirs/sweeps --dry-run
@@ -798,12 +799,15 @@ def launch_slurm(study: Study, planned: Sequence[Planned], opts: SlurmOptions, *
 FLAGS = flags.FLAGS
 
 
+LOCAL_ROOT = "workdirs/sweeps"  # --root of the local backend when none is given
+
+
 def define_flags() -> None:
   """Command-line flags (defined only when run as a script)."""
   flags.DEFINE_enum("backend", "local", BACKENDS, "Where runs execute.")
-  flags.DEFINE_string("root", None, "Sweep root: workdirs are <root>/<study>/<run> (tpu: an "
-                      "absolute path on the workers, under --tpu_mount; slurm: a folder every "
-                      "node sees).")
+  flags.DEFINE_string("root", None, "Sweep root: workdirs are <root>/<study>/<run> (local: "
+                      f"default {LOCAL_ROOT}; tpu: an absolute path on the workers, under "
+                      "--tpu_mount; slurm: a folder every node sees; both required).")
   flags.DEFINE_integer("parallel", 1, "local: runs at once; tpu: TPU VMs used (<tpu_name>-<i> "
                        "when > 1), one run at a time each.")
   flags.DEFINE_bool("dry_run", False, "Print the commands / scripts; launch nothing.")
@@ -954,9 +958,12 @@ def launch(study_spec: str) -> int:
     ConfigError (StudyError, LaunchError): a bad flag, study or run config, before launching.
   """
   backend, root, dry_run = FLAGS.backend, FLAGS.root, FLAGS.dry_run
+  if not root and backend == "local":
+    root = LOCAL_ROOT
   if not root:
-    raise LaunchError("--root is required: the folder that holds <study>/<run> (tpu: a path "
-                      "on the workers, e.g. under the --tpu_bucket mount)")
+    raise LaunchError(f"--root is required with --backend={backend}: the folder that holds "
+                      "<study>/<run> (tpu: a path on the workers, e.g. under the --tpu_bucket "
+                      "mount; slurm: a folder every node sees)")
   if FLAGS.parallel < 1:
     raise LaunchError(f"--parallel must be >= 1; got {FLAGS.parallel}")
   if FLAGS.num_devices < 0:

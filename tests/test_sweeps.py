@@ -474,8 +474,10 @@ def test_recipe_arguments_accept_a_parent_path_with_commas(tmp_path):
 
 
 def test_context_extension_study_lists_every_child_with_its_parent():
-  dry = launch_cli("sweeps/context_extension_cpu.py", "--backend=local", "--root=/tmp/none",
-                   "--dry-run", "--num_devices=1")
+  # The command as written: the local backend's root defaults to workdirs/sweeps.
+  dry = launch_cli("sweeps/context_extension_cpu.py", "--backend=local", "--dry-run",
+                   "--num_devices=1")
+  root = os.path.join(ROOT, "workdirs", "sweeps")
   assert dry.returncode == 0, dry.stderr[-3000:]
   runs = [line for line in dry.stdout.splitlines() if line.startswith("# run ")]
   parents = [r for r in runs if "warm start" not in r]
@@ -486,14 +488,16 @@ def test_context_extension_study_lists_every_child_with_its_parent():
       name = f"extend_{method}_4--kind=rope,seed={seed},shuffle_seed={seed}"
       assert (f"# run {name} (to train); warm start from kind=rope,seed={seed},"
               f"shuffle_seed={seed}") in runs
-      assert (f"--config=configs/extend_{method}.py:/tmp/none/context_extension_cpu/"
+      assert (f"--config=configs/extend_{method}.py:{root}/context_extension_cpu/"
               f"kind=rope,seed={seed},shuffle_seed={seed},4 ") in dry.stdout
   # LongRoPE's factor search runs on the parent before its child trains.
   lines = dry.stdout.splitlines()
   search = next(i for i, l in enumerate(lines) if "sweeps.longrope_search" in l)
   assert lines[search].startswith("# before training: ")
-  assert "--workdir=/tmp/none/context_extension_cpu/kind=rope,seed=0,shuffle_seed=0" in lines[search]
+  assert f"--workdir={root}/context_extension_cpu/kind=rope,seed=0,shuffle_seed=0" in lines[search]
   assert "extend_longrope.py" in lines[search + 1]
+  slurm = launch_cli("sweeps/context_extension_cpu.py", "--backend=slurm", "--dry-run")
+  assert slurm.returncode != 0 and "--root is required with --backend=slurm" in slurm.stderr
 
 
 def test_a_parent_and_its_child_run_in_order_and_collect_with_the_parent_column(text_corpus,
