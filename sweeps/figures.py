@@ -103,12 +103,21 @@ def _any_table(fig_fn):
 def curve_labels(frame) -> pd.Series:
   """Legend label of every row: the scheme, the config fields that vary between runs apart from
   seeds and eval settings (the `cfg.*` columns sweeps.collect.configuration_columns groups the
-  summary by, e.g. model size), and the eval-time extension with its factor."""
+  summary by, e.g. model size), and the eval-time extension with its factor. A warm-started
+  child (a `method` column, the context-extension recipes) is named by its method; the fields
+  shown are those that vary among the from-scratch runs (a recipe's own fields, its learning
+  rate or factors, would otherwise fill the legend)."""
+  methods = (frame["method"].fillna("").astype(str) if "method" in frame
+             else pd.Series("", index=frame.index))
+  scratch = frame[methods == ""] if (methods == "").any() else frame
   varying = [c for c in configuration_columns(frame.columns) if c.startswith("cfg.")
-             and frame[c].nunique(dropna=False) > 1]
+             and scratch[c].nunique(dropna=False) > 1]
 
   def label(row) -> str:
     parts = [str(row.get("scheme", "model"))]
+    method = row.get("method")
+    if isinstance(method, str) and method:
+      parts.append(f"[{method}]")
     parts += [f"{c.rsplit('.', 1)[-1]}={row[c]}" for c in varying]
     ext = row.get("extension")
     if isinstance(ext, str) and ext != "none":
@@ -136,18 +145,18 @@ def _mean_band(frame, x: str, y: str):
 # Okabe-Ito colour-blind-safe set without its yellow (too pale on white) and black (the
 # `train_len` markers are grey and black), plus a saddle brown and Paul Tol's indigo and olive,
 # so that the first nine schemes (those of the committed CPU study) each have a colour of their
-# own; the second round of colours is dash-dotted. Eval-time extensions of a scheme are dashed,
+# own; the second round of colours is dash-dotted, the third dotted. Eval-time extensions of a scheme are dashed,
 # in Dark2 colours without its orange, gold and grey (too close to the vermillion of RoPE, the
 # scheme most extensions apply to, to learned's orange and to the train_len marker).
 SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
                 "xpos", "kerple_power", "sandwich", "cope", "rope_mixed", "p_rope", "hope",
-                "resonance_rope", "transformer_xl")
+                "resonance_rope", "transformer_xl", "dape", "fope", "pope")
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9")
 PALETTE = OKABE_ITO + ("#8B4513", "#332288", "#999933")
-MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "+", "x")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "+", "x", "1", "2", "3")
 EXTENSION_COLOURS = ("#7570B3", "#E7298A", "#66A61E", "#1B9E77", "#A6761D")
 _STYLES = [{"color": PALETTE[i % len(PALETTE)],
-            "linestyle": ("-", "-.")[i // len(PALETTE) % 2], "marker": MARKERS[i]}
+            "linestyle": ("-", "-.", ":")[i // len(PALETTE) % 3], "marker": MARKERS[i]}
            for i in range(len(MARKERS))]
 
 
@@ -160,14 +169,20 @@ def scheme_style(scheme: str) -> dict:
 
 
 def _style(label: str, extensions: list[str]) -> dict:
-  """Matplotlib line style of a curve label ("<scheme> [cfg...] [+ <extension> x<factor>]"):
-  the scheme's `scheme_style`; the curves of eval-time extensions dashed, in EXTENSION_COLOURS
-  taken in the order of `extensions` (the sorted extension labels of the axes)."""
+  """Matplotlib line style of a curve label ("<scheme> [<method>] [cfg...] [+ <extension>
+  x<factor>]"): the scheme's `scheme_style`; a warm-started child's in its recipe's colour
+  (METHOD_COLOURS, solid, as the context-extension figures draw it); the curves of eval-time
+  extensions dashed, in EXTENSION_COLOURS taken in the order of `extensions` (the sorted
+  extension labels of the axes)."""
   base, plus, _ = label.partition(" + ")
   if plus:
     return {"color": EXTENSION_COLOURS[extensions.index(label) % len(EXTENSION_COLOURS)],
             "linestyle": "--", "marker": "o"}
-  return scheme_style(base)
+  scheme, bracket, rest = base.partition(" [")
+  if bracket:  # a warm-started child "<scheme> [<method>] ...": its recipe's colour
+    method = rest.partition("]")[0]
+    return {"color": METHOD_COLOURS.get(method, "#555555"), "linestyle": "-", "marker": "o"}
+  return scheme_style(scheme)
 
 
 def _plot_bands(ax, bands: dict) -> None:

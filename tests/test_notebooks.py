@@ -191,6 +191,24 @@ def test_report_tables_say_constant_columns_once_and_the_training_mix():
   assert report.training_mix_note(pd.DataFrame({"run": ["a"]})) == ""  # older tables
 
 
+def test_warm_started_children_are_labelled_by_method_not_by_their_recipe_fields():
+  """The context-extension table: children named by `method`; the legend shows only the fields
+  that vary among the from-scratch runs (here the passkey share), in the recipe's colour."""
+  frame = pd.DataFrame({
+      "scheme": ["rope", "rope", "rope", "rope", "alibi"],
+      "method": [None, None, "pi", "yarn", None],
+      "cfg.data.passkey.fraction": [0.0, 0.25, 0.0, 0.0, 0.0],
+      "cfg.train.learning_rate": [3e-3, 3e-3, 2e-4, 2e-4, 3e-3],
+      "cfg.data.train_len": [256, 256, 1024, 1024, 256],
+      "extension": ["none", "none", "none", "none", "none"]})
+  assert list(figures.curve_labels(frame)) == [
+      "rope fraction=0.0", "rope fraction=0.25", "rope [pi] fraction=0.0",
+      "rope [yarn] fraction=0.0", "alibi fraction=0.0"]
+  pi = figures._style("rope [pi] fraction=0.0", [])
+  assert pi["color"] == figures.METHOD_COLOURS["pi"] and pi["linestyle"] == "-"
+  assert figures._style("alibi fraction=0.0", []) != pi
+
+
 def test_every_registered_scheme_has_its_own_style():
   """No two registered schemes share a (colour, line style) pair or a marker, and no scheme is
   drawn in the grey/black of the train_len markers."""
