@@ -2,6 +2,7 @@
 
   python bench/train_throughput.py                       # tiny and d512, 20 timed steps each
   python bench/train_throughput.py --configs=d512 --steps=40 --prefetch=0,4
+  python bench/train_throughput.py --configs=tiny --kinds=alibi,rope,dape,fope,pope --steps=10
 
 For each model it builds the real training step of train.py (`train.make_step_fn`: the same
 jit, shardings, optimizer and loss) on the real data pipeline of its config, and reports:
@@ -48,14 +49,21 @@ from models import spec as specs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("configs", ["tiny", "d512"], "models to measure: tiny, d512")
+flags.DEFINE_list("kinds", ["alibi"], "model.position.kind values to measure on each model "
+                  "(the registry's kinds; alibi is the configs' own)")
 flags.DEFINE_integer("steps", 20, "timed steps per measurement (after 3 warm-up steps)")
 flags.DEFINE_list("prefetch", ["4"], "data.prefetch_batches values to measure; 'grain' = "
                   "grain's default read options (16 threads, 500 batches ahead)")
 
 
-def model_config(name: str):
-  """The benchmark's config `name` (module docstring)."""
+def model_config(name: str, kind: str = "alibi"):
+  """The benchmark's config `name` (module docstring) with positional scheme `kind`."""
+  from models import positions
+  if kind not in positions.REGISTRY:
+    raise app.UsageError(f"--kinds: unknown scheme {kind!r}; choose from "
+                         f"{sorted(positions.REGISTRY)}")
   c = alibi_tiny.get_config()
+  c.model.position.kind = kind
   if name == "d512":
     c.model.d_model, c.model.num_heads, c.model.mlp_dim = 512, 8, 2048
     c.data.batch_size = 8
@@ -121,17 +129,19 @@ def main(argv):
   print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"jax {jax.__version__}, {jax.devices()[0].platform} x {jax.device_count()}; "
         f"dense 2048^3 float32 matmul: {peak / 1e9:.1f} GFLOP/s per device")
-  print("| model | params | tokens/step | prefetch | loop ms | data ms | put ms | compute ms | "
-        "tokens/s | GFLOP/step | MFU |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|")
+  print("| model | scheme | params | tokens/step | prefetch | loop ms | data ms | put ms | "
+        "compute ms | tokens/s | GFLOP/step | MFU |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
   for name in FLAGS.configs:
-    for prefetch in FLAGS.prefetch:
-      config = model_config(name)
-      r = measure(config, FLAGS.steps, peak, None if prefetch == "grain" else int(prefetch))
-      print(f"| {name} | {r['params']:,} | {r['tokens']} | {prefetch} | {r['loop_ms']:.1f} | "
-            f"{r['data_ms']:.2f} | {r['put_ms']:.2f} | {r['compute_ms']:.1f} | "
-            f"{r['tokens_per_s']:,.0f} | {r['gflop_per_step']:.2f} | {100 * r['mfu']:.1f}% |",
-            flush=True)
+    for kind in FLAGS.kinds:
+      for prefetch in FLAGS.prefetch:
+        config = model_config(name, kind)
+        r = measure(config, FLAGS.steps, peak, None if prefetch == "grain" else int(prefetch))
+        print(f"| {name} | {kind} | {r['params']:,} | {r['tokens']} | {prefetch} | "
+              f"{r['loop_ms']:.1f} | "
+              f"{r['data_ms']:.2f} | {r['put_ms']:.2f} | {r['compute_ms']:.1f} | "
+              f"{r['tokens_per_s']:,.0f} | {r['gflop_per_step']:.2f} | {100 * r['mfu']:.1f}% |",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,16 @@ def no_compilation():
   assert not compiled, f"{len(compiled)} compilation(s) before the error"
 
 
+def position_config(kind: str, **overrides):
+  """The real `model.position` section (every registered scheme's fields and defaults) with
+  `kind` and `overrides` of any type (bad values included, for the validation tests)."""
+  import ml_collections
+  c = ml_collections.ConfigDict(base.get_config().model.position.to_dict(), type_safe=False)
+  c.kind = kind
+  c.update(overrides)
+  return c
+
+
 def tiny_config(text_glob: str, kind: str = "alibi"):
   """A seconds-scale config: 2 layers, d_model 64, 4 heads, train_len 32, batch 8."""
   c = base.get_config()

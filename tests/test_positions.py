@@ -10,17 +10,13 @@ import pytest
 from configs.validate import ConfigError
 from eval.perplexity import check_lengths
 from models import positions
+from tests.conftest import position_config
 from models.positions.alibi import ALiBi, alibi_slopes
 from models.positions.rope import apply_rope, rope_inv_freq, rotary_dim
 from models.positions.sinusoidal import sinusoidal_encoding
 
 
-def position_cfg(kind, **kw):
-  from configs import base
-  c = base.get_config().model.position
-  c.kind = kind
-  c.update(kw)
-  return c
+position_cfg = position_config
 
 
 DIMS = positions.Dims(num_heads=4, head_dim=16, d_model=64, num_layers=2, train_len=32)
@@ -200,7 +196,8 @@ FROZEN_POSITION = {
 # Fields declared by the schemes registered since (issue 22), with their defaults.
 ADDED_POSITION = {
     "p_rope_fraction": 0.75, "hope_train_len": -1, "rope_heads": -1, "alibi_heads": -1,
-    "txl_untie_r": False,
+    "txl_untie_r": False, "dape_base": "alibi", "dape_mlp_width": 32,
+    "fope_train_len": -1, "fope_init_gain": 0.3, "fope_seed": 0, "pope_bias_init": "zeros",
 }
 
 
@@ -223,7 +220,7 @@ def test_the_relative_schemes():
   from models import extensions
   assert set(extensions.relative_kinds()) == {"rope", "xpos", "alibi", "t5", "kerple_log",
                                               "kerple_power", "fire", "sandwich", "p_rope", "hope",
-                                              "resonance_rope", "transformer_xl"}
+                                              "resonance_rope", "transformer_xl", "dape", "fope", "pope"}
 
 
 def test_a_shared_field_with_two_defaults_is_refused(monkeypatch):

@@ -30,12 +30,15 @@ from models import position_transforms
 from models.positions.alibi import ALiBi
 from models.positions.base import Dims, PositionalScheme
 from models.positions.cope import CoPE
+from models.positions.dape import DAPE
 from models.positions.fire import FIRE
+from models.positions.fope import FoPE
 from models.positions.hope import HoPE
 from models.positions.kerple import KerpleLog, KerplePower
 from models.positions.learned import Learned
 from models.positions.none import NoPE
 from models.positions.p_rope import PRoPE
+from models.positions.pope import PoPE
 from models.positions.resonance_rope import ResonanceRoPE
 from models.positions.rope import RoPE
 from models.positions.sandwich import Sandwich
@@ -61,6 +64,9 @@ REGISTRY: dict[str, type[PositionalScheme]] = {
     "hope": HoPE,
     "resonance_rope": ResonanceRoPE,
     "transformer_xl": TransformerXL,
+    "dape": DAPE,
+    "fope": FoPE,
+    "pope": PoPE,
 }
 
 

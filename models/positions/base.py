@@ -72,6 +72,13 @@ def check_per_layer(cfg) -> None:
     raise ConfigError(f"model.position.per_layer must be True or False; got {cfg.per_layer!r}")
 
 
+def require_queries_and_keys(scheme: "PositionalScheme", q, k) -> None:
+  """For a contextual `bias` hook: raises ValueError("<Scheme>.bias needs the queries and keys
+  (q=, k=)") if q or k is None."""
+  if q is None or k is None:
+    raise ValueError(f"{type(scheme).__name__}.bias needs the queries and keys (q=, k=)")
+
+
 class PositionalScheme(nnx.Module):
   """Base class: every hook is the identity / no bias. Subclasses override what they use.
 

@@ -41,7 +41,7 @@ import numpy as np
 from flax import nnx
 
 from configs.errors import ConfigError
-from models.positions.base import PositionalScheme, check_per_layer
+from models.positions.base import PositionalScheme, check_per_layer, require_queries_and_keys
 
 
 def contextual_positions(gates: jax.Array, npos_max: int) -> jax.Array:
@@ -126,8 +126,7 @@ class CoPE(PositionalScheme):
       ValueError: if q or k is missing.
     """
     del q_positions, k_positions
-    if q is None or k is None:
-      raise ValueError("CoPE.bias needs the queries and keys (q=, k=)")
+    require_queries_and_keys(self, q, k)
     q_len, k_len = q.shape[1], k.shape[1]
     if mask is None:
       query_index = np.arange(q_len)[:, None] + (k_len - q_len)

@@ -35,7 +35,7 @@ import numpy as np
 from flax import nnx
 
 from configs.errors import ConfigError
-from models.positions.base import PositionalScheme, check_per_layer
+from models.positions.base import PositionalScheme, check_per_layer, require_queries_and_keys
 
 
 def sinusoid_frequencies(d_model: int) -> np.ndarray:
@@ -106,8 +106,7 @@ class TransformerXL(PositionalScheme):
       ValueError: if q or k is missing.
     """
     del mask
-    if q is None or k is None:
-      raise ValueError("TransformerXL.bias needs the queries and keys (q=, k=)")
+    require_queries_and_keys(self, q, k)
     w_r = self.w_r[...][layer if self.per_layer else 0].astype(jnp.float32)  # [M, H, D]
     u = self.u[...][layer if self.untie_r else 0].astype(jnp.float32)  # [H, D]
     v = self.v[...][layer if self.untie_r else 0].astype(jnp.float32)
