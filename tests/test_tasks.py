@@ -48,6 +48,9 @@ class Scripted:
     ("addition", [[7, 5], [8, 6]], b"75+86=", b"521"),  # 57 + 68 = 125
     ("addition", [[9, 9, 9], [1, 0, 0]], b"999+100=", b"0001"),  # 999 + 1 = 1000
     ("addition", [[0, 2, 1], [3, 0, 0]], b"021+300=", b"3210"),  # 120 + 3 = 123, padded to 4
+    ("multiplication", [[7, 5], [8, 6]], b"75*86=", b"6783"),  # 57 x 68 = 3876
+    ("multiplication", [[1, 0], [0, 1]], b"10*01=", b"0100"),  # 1 x 10 = 0010, reversed
+    ("counting", [[1, 0, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0]], b"101100010100=", b"05"),
 ])
 def test_known_strings(name, draws, prompt, answer):
   task = tasks.get_task(name)
@@ -57,27 +60,73 @@ def test_known_strings(name, draws, prompt, answer):
   assert len(prompt) == task.prompt_length(size) and len(answer) == task.answer_length(size)
 
 
+def _check_flip_flop(x: bytes, answer: bytes) -> bool:
+  """Brute force: replay the instructions; reads must carry the memory, the answer is its bit."""
+  memory = None
+  for op, bit in zip(x[:-1:2], x[1:-1:2]):
+    if op == ord("w"):
+      memory = bit
+    elif op == ord("r") and bit != memory:
+      return False
+  return x[0] == ord("w") and x[-1] == ord("r") and answer == bytes([memory])
+
+
+def _check_mqar(x: bytes, answer: bytes, size: int) -> bool:
+  """Brute force: look every query up among the pairs."""
+  pairs, queries = x.split(b"|")
+  table = {pairs[i]: pairs[i + 1] for i in range(0, len(pairs), 2)}
+  return (len(table) == size and sorted(queries) == sorted(table)
+          and answer == bytes(table[q] for q in queries) and set(answer) <= set(b"0123456789"))
+
+
+def _check_selective_copy(x: bytes, answer: bytes, size: int) -> bool:
+  return len(x) == 4 * size and answer == bytes(c for c in x if c != ord(".")) \
+      and len(answer) == size
+
+
+# One brute-force check per registered task: (prompt without "=", answer, size) -> bool.
+CHECKS = {
+    "copy": lambda x, a, n: a == x,
+    "reverse": lambda x, a, n: a == x[::-1],
+    "sorting": lambda x, a, n: a == bytes(sorted(x)),
+    "parity": lambda x, a, n: set(x) <= set(b"01") and a == str(x.count(b"1") % 2).encode(),
+    "addition": lambda x, a, n: (len(x.split(b"+")[0]) == len(x.split(b"+")[1]) == n and int(
+        a[::-1]) == int(x.split(b"+")[0][::-1]) + int(x.split(b"+")[1][::-1])),
+    "multiplication": lambda x, a, n: (len(x.split(b"*")[0]) == len(x.split(b"*")[1]) == n and int(
+        a[::-1]) == int(x.split(b"*")[0][::-1]) * int(x.split(b"*")[1][::-1])),
+    "counting": lambda x, a, n: (set(x) <= set(b"01") and len(a) == len(str(n))
+                                 and int(a) == x.count(b"1")),
+    "flip_flop": lambda x, a, n: _check_flip_flop(x, a),
+    "mqar": _check_mqar,
+    "selective_copy": _check_selective_copy,
+}
+
+
 @pytest.mark.parametrize("name", sorted(tasks.REGISTRY))
 def test_random_examples_are_correct(name):
+  """Every task's generator against a brute-force check of its definition, at small and large
+  sizes (a new task needs its entry in CHECKS)."""
+  assert name in CHECKS, f"add a brute-force check of task {name!r} to CHECKS"
   task = tasks.get_task(name)
   rng = np.random.default_rng(1)
   for size in (1, 2, 7, 30):
     for _ in range(20):
       e = task.example(size, rng)
-      assert e.prompt.endswith(b"=") and len(e.answer) == task.answer_length(size)
-      x = e.prompt[:-1]
-      if name == "copy":
-        assert e.answer == x
-      elif name == "reverse":
-        assert e.answer == x[::-1]
-      elif name == "sorting":
-        assert e.answer == bytes(sorted(x))
-      elif name == "parity":
-        assert set(x) <= set(b"01") and e.answer == str(x.count(b"1") % 2).encode()
-      else:
-        a, b = x.split(b"+")
-        assert len(a) == len(b) == size
-        assert int(e.answer[::-1]) == int(a[::-1]) + int(b[::-1])
+      assert e.prompt.endswith(b"=") and len(e.prompt) == task.prompt_length(size)
+      assert len(e.answer) == task.answer_length(size)
+      assert CHECKS[name](e.prompt[:-1], e.answer, size), (name, e)
+
+
+def test_flip_flop_follows_ffl_08_and_mqar_refuses_more_keys_than_letters():
+  """FFL(0.8): ignores 80%, writes and reads 10% each after the first write (Liu et al.)."""
+  task = tasks.get_task("flip_flop")
+  rng = np.random.default_rng(0)
+  ops = b"".join(task.example(200, rng).prompt[2:-2:2] for _ in range(50))
+  share = {c: ops.count(c.encode()) / len(ops) for c in "iwr"}
+  assert abs(share["i"] - 0.8) < 0.01 and abs(share["w"] - 0.1) < 0.01
+  assert abs(share["r"] - 0.1) < 0.01
+  with pytest.raises(ValueError, match="at most 52"):
+    tasks.get_task("mqar").example(53, rng)
 
 
 def test_generators_are_reproducible():

@@ -19,8 +19,13 @@ from configs.errors import ConfigError
 from data.tasks.addition import Addition
 from data.tasks.base import Example, Task, encode
 from data.tasks.copy import Copy
+from data.tasks.counting import Counting
+from data.tasks.flip_flop import FlipFlop
+from data.tasks.mqar import MQAR
+from data.tasks.multiplication import Multiplication
 from data.tasks.parity import Parity
 from data.tasks.reverse import Reverse
+from data.tasks.selective_copy import SelectiveCopy
 from data.tasks.sorting import Sorting
 
 REGISTRY: dict[str, Task] = {
@@ -29,6 +34,11 @@ REGISTRY: dict[str, Task] = {
     "addition": Addition(),
     "parity": Parity(),
     "sorting": Sorting(),
+    "mqar": MQAR(),
+    "flip_flop": FlipFlop(),
+    "selective_copy": SelectiveCopy(),
+    "counting": Counting(),
+    "multiplication": Multiplication(),
 }
 
 
