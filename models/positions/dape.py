@@ -30,7 +30,8 @@ megatron/model/positional_embeddings.py, `AliBi_C`, `ParallelKerpleLog_C`, `FIRE
 The MLP reads every head's logits, so DAPE couples heads; the fused kernel has no such term and
 attention runs the XLA path (`kernel_spec` says why). Memory: f's hidden activations are float32
 [batch, q_len, k_len, W] (W / H times the logits); attention's query chunks and key blocks
-bound them at long lengths.
+bound them at long lengths. Time: measured on 2 CPU cores at configs/alibi_tiny.py, a training step
+takes 3.3x ALiBi's (3,307 vs 10,968 tokens/s, bench/train_throughput.py; results/README.md).
 """
 
 from __future__ import annotations
