@@ -323,7 +323,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   # --- final validation, then the suites on the model as trained
   final = validate_fn(step, state["params"])
   writer.close()
-  chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits/byte)")
+  per = "answer byte" if inputs.loss_unit == "answer token" else "byte"
+  chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits/{per})")
   ctx = Context(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
                 extra={"final_validation_loss": final["val_loss"]})
   results = {}

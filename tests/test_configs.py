@@ -125,3 +125,18 @@ def test_bad_fields_name_themselves(field, value, match):
   with pytest.raises(ConfigError, match=match):
     validate(c, 8)
 
+
+
+@pytest.mark.parametrize("train_max, eval_max, field", [(8, 53, "eval_max_size=53"),
+                                                        (53, 60, "train_max_size=53")])
+def test_mqar_sizes_above_its_52_keys_are_refused_before_training(train_max, eval_max, field):
+  """MQAR draws n distinct keys from 52 letters: a larger size is a config error, named at
+  validation, not a crash in the sampler after training."""
+  c = load(os.path.join(ROOT, "configs", "task_mqar.py"))
+  c.data.task.train_max_size, c.data.task.eval_max_size = train_max, eval_max
+  c.data.train_len = 4 * train_max + 3
+  with pytest.raises(ConfigError, match=f"data.task.{field} is above the largest 'mqar' "
+                                        "instance, 52 key-value pairs"):
+    validate(c, 8)
+  c.data.task.train_max_size, c.data.task.eval_max_size = 8, 52
+  validate(c, 8)

@@ -70,8 +70,8 @@ def check_config(cfg, train_len: int) -> None:
   Raises:
     ConfigError: one line naming the field and the allowed values: an unknown name, sizes that
       are not integers with 1 <= train_min_size <= train_max_size <= eval_max_size,
-      eval_examples_per_size < 1, a negative seed, or a train_len that cannot hold one example
-      of train_max_size.
+      eval_examples_per_size < 1, sizes above the task's `max_size` (MQAR: 52 distinct keys),
+      a negative seed, or a train_len that cannot hold one example of train_max_size.
   """
   if cfg.name == "":
     return
@@ -86,6 +86,11 @@ def check_config(cfg, train_len: int) -> None:
     raise ConfigError(f"data.task.eval_max_size={cfg.eval_max_size} must be >= "
                       f"data.task.train_max_size={cfg.train_max_size} (sizes beyond it measure "
                       "length generalization)")
+  if task.max_size is not None and cfg.eval_max_size > task.max_size:
+    field = "train_max_size" if cfg.train_max_size > task.max_size else "eval_max_size"
+    raise ConfigError(f"data.task.{field}={cfg[field]} is above the largest {cfg.name!r} "
+                      f"instance, {task.max_size} {task.size_unit}; set data.task.{field} <= "
+                      f"{task.max_size}")
   for field in ("seed", "eval_seed"):
     if not _is_int(cfg[field]) or cfg[field] < 0:
       raise ConfigError(f"data.task.{field} must be an integer >= 0; got {cfg[field]!r}")

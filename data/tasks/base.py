@@ -54,6 +54,7 @@ class Task:
 
   name: str = ""
   size_unit: str = "input symbols"  # what the instance size n counts (README, JSON)
+  max_size: int | None = None  # the largest instance size the task can draw (None: unbounded)
 
   def prompt_length(self, size: int) -> int:
     """Bytes of the prompt (separator included) of a size-`size` instance."""

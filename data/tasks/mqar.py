@@ -30,6 +30,7 @@ class MQAR(Task):
 
   name = "mqar"
   size_unit = "key-value pairs"
+  max_size = len(KEYS)
 
   def prompt_length(self, size: int) -> int:
     return 3 * size + 2
@@ -38,8 +39,8 @@ class MQAR(Task):
     return size
 
   def sample(self, size: int, rng: np.random.Generator) -> tuple[bytes, bytes]:
-    if size > len(KEYS):
-      raise ValueError(f"mqar: size {size} needs {size} distinct keys; at most {len(KEYS)}")
+    if size > self.max_size:
+      raise ValueError(f"mqar: size {size} needs {size} distinct keys; at most {self.max_size}")
     keys = KEYS[rng.permutation(len(KEYS))[:size]]
     values = symbols(rng, DIGITS, size)
     order = rng.permutation(size)
