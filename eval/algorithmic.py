@@ -28,7 +28,9 @@ padding positions 0 leave every real token's logits unchanged.
 Sizes whose sequence (task.sequence_length(size) tokens, positions 0..T-1) exceeds the positions
 the scheme represents (`ModelSpec.max_position`, e.g. `learned` without clamping) are recorded as
 skipped. Results: `<workdir>/eval/algorithmic.json` and `algorithmic.png` (accuracy vs size, the
-training maximum marked), both written atomically.
+training maximum marked), both written atomically; for a two-size task (data/tasks/base.py
+GridTask) also the exact match of every cell of the grid of sizes (`evaluate_grid`, the JSON's
+"grid") and its heatmap `algorithmic_grid.png` (`plot_grid`).
 """
 
 from __future__ import annotations
@@ -190,6 +192,112 @@ def evaluate_sizes(score_fn: Callable, params, task: tasks.Task, sizes, *,
   return out
 
 
+def evaluate_grid(score_fn: Callable, params, task: tasks.GridTask, max_size: int, *,
+                  examples_per_cell: int, seed: int, tokenizer: ByteTokenizer,
+                  batch_tokens: int, mesh, max_position: int | None = None,
+                  train_sizes: tuple[int, int] = (1, 1)) -> dict:
+  """Exact match on every cell (a, b), 1 <= a, b <= max_size, of a two-size task (McLeish et
+  al., arXiv 2405.17399, Figure 1: accuracy over a grid of operand lengths).
+
+  Cells are scored as `evaluate_sizes` scores sizes (teacher-forced argmax = greedy decoding),
+  with the cells whose rows pad to the same multiple of `BUCKET` tokens stacked into one set of
+  batches (a few compiled shapes for the whole grid).
+
+  Args:
+    score_fn: from `make_score_fn`; params: parameter pure dict.
+    task: the grid task.
+    max_size: the grid's largest size per axis (data.task.eval_max_size).
+    examples_per_cell: examples per cell (data/tasks/dataset.py `examples_of_cell`).
+    seed: data.task.eval_seed.
+    tokenizer, batch_tokens, mesh: as `evaluate_sizes`.
+    max_position: positions the scheme represents (None = any); longer cells are skipped.
+    train_sizes: (train_min_size, train_max_size): the training square on both axes.
+
+  Returns:
+    dict: sizes ([1..max_size]), exact_match and token_accuracy ([a - 1][b - 1] -> float, None
+    for a skipped cell), sequence_length ([a - 1][b - 1] tokens), examples_per_cell,
+    train_min_size, train_max_size, and the means `in_distribution_exact_match` (cells with
+    both sizes in the training range), `beyond_exact_match` (cells with max(a, b) >
+    train_max_size, evaluated) and `one_operand_beyond_exact_match` (exactly one size beyond).
+  """
+  sizes = list(range(1, max_size + 1))
+  exact = [[None] * max_size for _ in sizes]
+  token = [[None] * max_size for _ in sizes]
+  seq = [[task.cell_sequence_length(a, b) for b in sizes] for a in sizes]
+  groups: dict[int, list[tuple[int, int]]] = {}
+  for a in sizes:
+    for b in sizes:
+      if max_position is None or seq[a - 1][b - 1] <= max_position:
+        groups.setdefault(-(-seq[a - 1][b - 1] // BUCKET) * BUCKET, []).append((a, b))
+  with tqdm(total=sum(map(len, groups.values())), desc=f"{task.name} grid", leave=False,
+            disable=jax.process_index() != 0) as bar:
+    for length, cells in sorted(groups.items()):
+      parts = [dataset.pad_rows(dataset.examples_of_cell(task, a, b, examples_per_cell, seed,
+                                                         tokenizer), length, tokenizer.pad_id)
+               for a, b in cells]
+      rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+      correct, total = score_rows(score_fn, params, rows, batch_tokens=batch_tokens, mesh=mesh,
+                                  pad_id=tokenizer.pad_id)
+      for i, (a, b) in enumerate(cells):
+        sl = slice(i * examples_per_cell, (i + 1) * examples_per_cell)
+        acc = accuracy(correct[sl], total[sl])
+        exact[a - 1][b - 1], token[a - 1][b - 1] = acc["exact_match"], acc["token_accuracy"]
+      bar.update(len(cells))
+  lo, hi = train_sizes
+
+  def mean(keep):
+    vals = [exact[a - 1][b - 1] for a in sizes for b in sizes
+            if keep(a, b) and exact[a - 1][b - 1] is not None]
+    return float(np.mean(vals)) if vals else None
+
+  return {"sizes": sizes, "exact_match": exact, "token_accuracy": token, "sequence_length": seq,
+          "examples_per_cell": int(examples_per_cell), "train_min_size": int(lo),
+          "train_max_size": int(hi),
+          "in_distribution_exact_match": mean(lambda a, b: lo <= a <= hi and lo <= b <= hi),
+          "beyond_exact_match": mean(lambda a, b: max(a, b) > hi),
+          "one_operand_beyond_exact_match": mean(lambda a, b: (a > hi) != (b > hi))}
+
+
+def plot_grid(result: dict, path: str) -> None:
+  """Exact-match heatmap over the grid of sizes (first operand's on y, second's on x), the
+  training square outlined (McLeish et al., arXiv 2405.17399, Figure 1's layout).
+
+  Args:
+    result: an algorithmic result dict with "grid" (`evaluate_grid`), "task", "scheme", "step".
+    path: output .png path (written atomically).
+  """
+  from matplotlib.patches import Rectangle  # local: as eval/plots.py, matplotlib on use
+
+  grid = result["grid"]
+  sizes = grid["sizes"]
+  acc = np.array([[np.nan if v is None else v for v in row] for row in grid["exact_match"]])
+  fig, ax = plots.subplots(figsize=(2.2 + 0.32 * len(sizes), 1.6 + 0.3 * len(sizes)), dpi=120)
+  image = ax.imshow(np.ma.masked_invalid(acc), cmap=plots.RETRIEVAL_CMAP, vmin=0.0, vmax=1.0,
+                    origin="lower", extent=(0.5, len(sizes) + 0.5, 0.5, len(sizes) + 0.5))
+  if len(sizes) <= 24:
+    for a in sizes:
+      for b in sizes:
+        v = acc[a - 1, b - 1]
+        ax.text(b, a, "skip" if np.isnan(v) else f"{100 * v:.0f}", ha="center", va="center",
+                fontsize=5)
+  lo, hi = grid["train_min_size"], grid["train_max_size"]
+  ax.add_patch(Rectangle((lo - 0.5, lo - 0.5), hi - lo + 1, hi - lo + 1, fill=False,
+                         edgecolor="black", linestyle="--", linewidth=1.2))
+  ticks = sizes if len(sizes) <= 20 else sizes[::max(1, len(sizes) // 10)]
+  ax.set_xticks(ticks)
+  ax.set_yticks(ticks)
+  unit = result.get("size_unit", "digits")
+  ax.set_xlabel(f"second operand ({unit})", fontsize=8)
+  ax.set_ylabel(f"first operand ({unit})", fontsize=8)
+  mean = grid["beyond_exact_match"]
+  ax.set_title(f"{result['task']}: {result.get('scheme', 'model')}, step {result.get('step', '?')}"
+               f"\nexact match % per cell; dashed: training sizes {lo}..{hi}; mean beyond: "
+               f"{'n/a' if mean is None else f'{mean:.3f}'}", fontsize=8)
+  fig.colorbar(image, ax=ax, label="exact match", fraction=0.04)
+  fig.tight_layout()
+  plots.save_png(fig, path)
+
+
 def summarize(rows: list[dict], train_max_size: int) -> dict:
   """Mean exact match in distribution and beyond `train_max_size` (over evaluated sizes).
 
@@ -247,5 +355,5 @@ def plot(result: dict, path: str) -> None:
   plots.save_png(fig, path)
 
 
-__all__ = ["BUCKET", "SUITE", "accuracy", "answer_scores", "evaluate_sizes", "make_score_fn",
-           "plot", "score_rows", "summarize"]
+__all__ = ["BUCKET", "SUITE", "accuracy", "answer_scores", "evaluate_grid", "evaluate_sizes",
+           "make_score_fn", "plot", "plot_grid", "score_rows", "summarize"]

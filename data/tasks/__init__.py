@@ -17,7 +17,8 @@ import numpy as np
 
 from configs.errors import ConfigError
 from data.tasks.addition import Addition
-from data.tasks.base import Example, Task, encode
+from data.tasks.addition_grid import AdditionGrid
+from data.tasks.base import Example, GridTask, Task, encode
 from data.tasks.copy import Copy
 from data.tasks.counting import Counting
 from data.tasks.flip_flop import FlipFlop
@@ -39,6 +40,8 @@ REGISTRY: dict[str, Task] = {
     "selective_copy": SelectiveCopy(),
     "counting": Counting(),
     "multiplication": Multiplication(),
+    "addition_grid": AdditionGrid(reverse=True),
+    "addition_grid_plain": AdditionGrid(reverse=False),
 }
 
 
@@ -101,4 +104,4 @@ def check_config(cfg, train_len: int) -> None:
                       f"data.train_len >= {need} or lower data.task.train_max_size")
 
 
-__all__ = ["REGISTRY", "Example", "Task", "check_config", "encode", "get_task"]
+__all__ = ["REGISTRY", "Example", "GridTask", "Task", "check_config", "encode", "get_task"]

@@ -92,6 +92,71 @@ class Task:
     a target only). Positions 0..sequence_length - 1 are used."""
     return 1 + self.prompt_length(size) + self.answer_length(size)
 
+  def training_examples(self, count: int, min_size: int, max_size: int,
+                        rng: np.random.Generator) -> list[Example]:
+    """`count` training examples: sizes uniform in [min_size, max_size], drawn first, then one
+    example per size, all from `rng` (data/tasks/dataset.py TaskRows). Every example is at most
+    `sequence_length(max_size)` tokens long."""
+    sizes = rng.integers(min_size, max_size, endpoint=True, size=count)
+    return [self.example(int(s), rng) for s in sizes]
+
+
+class GridTask(Task):
+  """A task whose instances have two sizes, (a, b), e.g. the digits of two operands: training
+  draws both, evaluation scores every cell of a grid of them (eval/algorithmic.py
+  `evaluate_grid`; the protocol of McLeish et al., arXiv 2405.17399, Figure 1).
+
+  Subclasses implement the `cell_*` methods and `sample_cell`. The one-size interface of `Task`
+  is the grid's diagonal, a = b = n (so the accuracy-by-size rows of the algorithmic suite are
+  the diagonal); `sequence_length(n)` is the longest cell with max(a, b) = n, the diagonal one
+  (`cell_sequence_length` must grow with each size).
+  """
+
+  def cell_prompt_length(self, a: int, b: int) -> int:
+    """Bytes of the prompt (separator included) of cell (a, b)."""
+    raise NotImplementedError
+
+  def cell_answer_length(self, a: int, b: int) -> int:
+    """Bytes of the answer (EOS excluded) of cell (a, b)."""
+    raise NotImplementedError
+
+  def sample_cell(self, a: int, b: int, rng: np.random.Generator) -> tuple[bytes, bytes]:
+    """Draws one instance of cell (a, b): (prompt bytes with the trailing "=", answer bytes)."""
+    raise NotImplementedError
+
+  def cell_sequence_length(self, a: int, b: int) -> int:
+    """Tokens of a cell-(a, b) instance: BOS + prompt + answer."""
+    return 1 + self.cell_prompt_length(a, b) + self.cell_answer_length(a, b)
+
+  def cell_example(self, a: int, b: int, rng: np.random.Generator) -> Example:
+    """One instance of cell (a, b); its `size` is max(a, b).
+
+    Raises:
+      ValueError: a or b not an integer >= 1.
+    """
+    for value in (a, b):
+      if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{self.name}: cell sizes must be integers >= 1; got {(a, b)!r}")
+    prompt, answer = self.sample_cell(int(a), int(b), rng)
+    return Example(max(int(a), int(b)), prompt, answer)
+
+  def prompt_length(self, size: int) -> int:
+    return self.cell_prompt_length(size, size)
+
+  def answer_length(self, size: int) -> int:
+    return self.cell_answer_length(size, size)
+
+  def sample(self, size: int, rng: np.random.Generator) -> tuple[bytes, bytes]:
+    return self.sample_cell(size, size, rng)
+
+  def training_examples(self, count: int, min_size: int, max_size: int,
+                        rng: np.random.Generator) -> list[Example]:
+    """`count` examples of cells (a, b) with a and b independent and uniform in [min_size,
+    max_size] (every pair of sizes equally likely), the two sizes drawn first, then the
+    examples in order, all from `rng`."""
+    ab = rng.integers(min_size, max_size, endpoint=True, size=(count, 2))
+    return [self.cell_example(int(a), int(b), rng) for a, b in ab]
+
 
 def encode(example: Example, tokenizer: ByteTokenizer) -> dict[str, np.ndarray]:
   """The model's view of one example (one packed segment).

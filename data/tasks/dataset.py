@@ -18,8 +18,10 @@ example per row.
 Determinism: training row i of process p is drawn from `numpy.random.default_rng([seed, 0, p,
 i])`, so it is a pure function of (seed, p, i): grain's iterator state (the next index) resumes
 it exactly. Validation examples of size s come from `default_rng([eval_seed, 1, s])`, evaluation
-examples of size s from `default_rng([eval_seed, 2, s])`: three disjoint streams (the tag in the
-second place differs even when seed == eval_seed), identical for every positional scheme. They
+examples of size s from `default_rng([eval_seed, 2, s])`, and the evaluation examples of grid cell
+(a, b) of a two-size task (data/tasks/base.py GridTask) from `default_rng([eval_seed, 3, a, b])`:
+disjoint streams (the tag in the second place differs even when seed == eval_seed), identical
+for every positional scheme. They
 are held out in the sense of independent draws: at small sizes the instance space is tiny (copy
 of size 1 has 10 instances), so the same instance also occurs in training.
 """
@@ -33,10 +35,10 @@ import grain
 import numpy as np
 
 from data.position_samplers import PositionSampler
-from data.tasks import Task, encode, get_task
+from data.tasks import GridTask, Task, encode, get_task
 from data.tokenizers import ByteTokenizer
 
-TRAIN, VALIDATION, EVALUATION = 0, 1, 2  # stream tags of the seeds (module docstring)
+TRAIN, VALIDATION, EVALUATION, GRID_EVALUATION = 0, 1, 2, 3  # stream tags (module docstring)
 FIELDS = ("inputs", "targets", "positions", "segment_ids", "weights")
 NUM_RECORDS = 2 ** 62  # training rows per process: an endless stream in practice
 
@@ -107,8 +109,9 @@ class TaskRows:
 
   def __getitem__(self, i: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([self.seed, TRAIN, self.stream, int(i)])
-    sizes = rng.integers(self.min_size, self.max_size, endpoint=True, size=self.examples_per_row)
-    examples = [encode(self.task.example(int(s), rng), self.tokenizer) for s in sizes]
+    examples = [encode(e, self.tokenizer) for e in
+                self.task.training_examples(self.examples_per_row, self.min_size, self.max_size,
+                                            rng)]
     return pack(examples, self.row_len, self.tokenizer.pad_id)
 
 
@@ -160,7 +163,30 @@ def examples_of_size(task: Task, size: int, count: int, seed: int, tag: int,
     `default_rng([seed, tag, size])`.
   """
   rng = np.random.default_rng([seed, tag, size])
-  rows = [encode(task.example(size, rng), tokenizer) for _ in range(count)]
+  return _one_per_row([task.example(size, rng) for _ in range(count)], tokenizer)
+
+
+def examples_of_cell(task: GridTask, a: int, b: int, count: int, seed: int,
+                     tokenizer: ByteTokenizer) -> dict[str, np.ndarray]:
+  """`count` held-out examples of grid cell (a, b) of a two-size task, one per row, unpadded.
+
+  Args:
+    task: the grid task; a, b: the cell's sizes (>= 1).
+    count: examples (>= 1).
+    seed: data.task.eval_seed.
+    tokenizer: the byte tokenizer.
+
+  Returns:
+    dict of [count, T] arrays, T = task.cell_sequence_length(a, b) (as `examples_of_size`);
+    example j is the j-th draw of `default_rng([seed, GRID_EVALUATION, a, b])`.
+  """
+  rng = np.random.default_rng([seed, GRID_EVALUATION, a, b])
+  return _one_per_row([task.cell_example(a, b, rng) for _ in range(count)], tokenizer)
+
+
+def _one_per_row(examples, tokenizer: ByteTokenizer) -> dict[str, np.ndarray]:
+  """Equal-length examples encoded one per row: [count, T] arrays, segment_ids all 1."""
+  rows = [encode(e, tokenizer) for e in examples]
   out = {key: np.stack([r[key] for r in rows])
          for key in ("inputs", "targets", "positions", "weights")}
   out["segment_ids"] = np.ones_like(out["inputs"])

@@ -1,9 +1,15 @@
 """Accuracy per instance size of an algorithmic task (eval/algorithmic.py; Kazemnejad et al.,
 arXiv 2305.19466; Ruoss et al., arXiv 2305.16843): `<workdir>/eval/algorithmic<suffix>.{json,png}`
-for runs trained on `data.task`."""
+for runs trained on `data.task`; a two-size task (data/tasks/base.py GridTask, e.g. addition_grid)
+adds the accuracy over its grid of sizes to the JSON ("grid") and the heatmap
+`algorithmic<suffix>_grid.png` (McLeish et al., arXiv 2405.17399)."""
 
 from __future__ import annotations
 
+import json
+import os
+
+import jax
 import numpy as np
 
 from configs.errors import ConfigError
@@ -38,8 +44,9 @@ class Algorithmic(Suite):
     task = tasks.get_task(t.name)
     kind = config.model.position.kind
     reason = perplexity.unrepresentable_reason(config, spec)
+    score_fn = algorithmic.make_score_fn(spec.graphdef, ctx.mesh)
     rows = algorithmic.evaluate_sizes(
-        algorithmic.make_score_fn(spec.graphdef, ctx.mesh), ctx.params, task,
+        score_fn, ctx.params, task,
         range(1, t.eval_max_size + 1), examples_per_size=t.eval_examples_per_size,
         seed=t.eval_seed, tokenizer=ctx.tokenizer, batch_tokens=config.eval.batch_tokens,
         mesh=ctx.mesh, max_position=spec.max_position, skip_reason=reason,
@@ -58,11 +65,26 @@ class Algorithmic(Suite):
         "eval_max_size": int(t.eval_max_size), "examples_per_size": int(t.eval_examples_per_size),
         "eval_seed": int(t.eval_seed), "summary": algorithmic.summarize(rows, t.train_max_size),
         "rows": rows}
+    if isinstance(task, tasks.GridTask):
+      result["grid"] = algorithmic.evaluate_grid(
+          score_fn, ctx.params, task, t.eval_max_size, examples_per_cell=t.eval_examples_per_size,
+          seed=t.eval_seed, tokenizer=ctx.tokenizer, batch_tokens=config.eval.batch_tokens,
+          mesh=ctx.mesh, max_position=spec.max_position,
+          train_sizes=(t.train_min_size, t.train_max_size))
     write_result(ctx.workdir, f"{SUITE}{ctx.suffix}", result, algorithmic.plot)
+    if "grid" in result and jax.process_index() == 0:
+      algorithmic.plot_grid(result, os.path.join(ctx.workdir, "eval", f"{SUITE}{ctx.suffix}_grid.png"))
     return {f"{SUITE}{ctx.suffix}": result}
 
   def summary(self, result: dict) -> list[str]:
-    lines = ["exact match by size:"]
+    lines = []
+    if "grid" in result:
+      g = result["grid"]
+      lines.append(f"{result['task']} grid of {len(g['sizes'])} x {len(g['sizes'])} sizes: exact "
+                   f"match {_fmt(g['in_distribution_exact_match'])} in the training square, "
+                   f"{_fmt(g['one_operand_beyond_exact_match'])} with one operand beyond it, "
+                   f"{_fmt(g['beyond_exact_match'])} over all cells beyond")
+    lines.append("exact match by size:" + (" (the grid's diagonal)" if "grid" in result else ""))
     for row in result["rows"]:
       if row["exact_match"] is not None:
         train = " (train)" if row["in_distribution"] else ""
@@ -71,9 +93,22 @@ class Algorithmic(Suite):
     return lines
 
   def rows(self, result: dict, train_len: int) -> list[dict]:
+    """One row per size; for a grid task, `detail` holds that size's grid row as JSON,
+    {second operand's size: exact match} with the first operand's size = `size`."""
     top = result.get("train_max_size") or 1
-    return [{"size": r["size"], "length": r.get("sequence_length"),
+    grid = result.get("grid")
+    out = []
+    for r in result.get("rows", []):
+      row = {"size": r["size"], "length": r.get("sequence_length"),
              "multiplier": r["size"] / top, "exact_match": r.get("exact_match"),
              "token_accuracy": r.get("token_accuracy"), "examples": r.get("examples"),
              "in_distribution": r.get("in_distribution"), "skipped": r.get("skipped")}
-            for r in result.get("rows", [])]
+      if grid and r["size"] <= len(grid["sizes"]):
+        row["detail"] = json.dumps({str(b): v for b, v in zip(grid["sizes"],
+                                                              grid["exact_match"][r["size"] - 1])})
+      out.append(row)
+    return out
+
+
+def _fmt(value: float | None) -> str:
+  return "n/a" if value is None else f"{value:.3f}"
