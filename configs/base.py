@@ -185,6 +185,17 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.needle.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
   c.eval.needle.preamble = True  # prompts open with RULER's task description (136 tokens + newline).
   c.eval.needle.value_digits = 7  # digits of the needle's value, 1..18 (RULER: 7).
+  # Multi-key needle grid (data/ruler.py; RULER niah_multikey): the needle among num_keys - 1
+  # distractor needles of other keys; the needle's fields, grid, scoring and threshold rule.
+  c.eval.niah_multikey = ml_collections.ConfigDict()
+  c.eval.niah_multikey.depths = (0.0, 0.25, 0.5, 0.75, 1.0)  # share of haystack before the target.
+  c.eval.niah_multikey.trials = 5  # prompts (random keys, values, haystack start) per cell.
+  c.eval.niah_multikey.seed = 0  # seed of the prompts: same prompts for every scheme and checkpoint.
+  c.eval.niah_multikey.threshold = 0.9  # a length passes with accuracy >= this, and every shorter one.
+  c.eval.niah_multikey.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
+  c.eval.niah_multikey.preamble = True  # prompts open with RULER's task description.
+  c.eval.niah_multikey.value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
+  c.eval.niah_multikey.num_keys = 4  # needles per prompt, the target included, 2..64 (RULER: 4).
   # Attention diagnostics (eval/attention_stats.py): entropy and sink mass per layer and head at
   # every eval length, on the first window (from the BOS) of this many documents of eval.split.
   c.eval.attention = ml_collections.ConfigDict()

@@ -77,7 +77,9 @@ KEY_NOUNS = ("apple", "badger", "cactus", "canyon", "dolphin", "engine", "falcon
              "quarry", "river", "saddle", "tiger", "umbrella", "violin", "walnut", "zebra")
 
 MAX_DIGITS = 18  # keys are drawn as int64 numbers
-_SUITE_IDS = {"passkey": 0, "needle": 1}  # separate seed streams for the two families
+MAX_NEEDLE_KEYS = 64  # needles per niah_multikey prompt (data/ruler.py; RULER uses 4)
+# separate seed streams for the prompt families (data/ruler.py adds the multi-key needle's)
+_SUITE_IDS = {"passkey": 0, "needle": 1, "niah_multikey": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +117,8 @@ def cell_rng(seed: int, suite: str, length: int, depth: float, trial: int) -> np
   Depth enters as round(depth * 1e6), so depths equal to 6 decimals give the same prompt.
 
   Raises:
-    ValueError: unknown suite (not "passkey" or "needle"), or a negative seed/length/trial.
+    ValueError: unknown suite (not "passkey", "needle" or "niah_multikey"), or a negative
+      seed/length/trial.
   """
   if suite not in _SUITE_IDS:
     raise ValueError(f"suite must be one of {sorted(_SUITE_IDS)}; got {suite!r}")
@@ -573,7 +576,7 @@ def _integer(value) -> bool:
 
 
 def check_retrieval(config) -> None:
-  """Checks the passkey / needle retrieval fields: data.passkey, eval.passkey, eval.needle.
+  """Checks the retrieval fields: data.passkey, eval.passkey, eval.needle, eval.niah_multikey.
 
   Sections absent from an older config are skipped (runs.workdir.load_run_config fills them
   from configs/base.py anyway).
@@ -581,7 +584,7 @@ def check_retrieval(config) -> None:
   Raises:
     ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
       outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
-      key_digits / value_digits outside 1..18; depths not a non-empty list of numbers in [0, 1];
+      key_digits / value_digits outside 1..18; num_keys outside 2..64; depths not a non-empty list of numbers in [0, 1];
       trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
       space and the character after the number); or, with data.passkey.fraction > 0, a passkey
       training document that cannot fit in data.train_len tokens, or an algorithmic task.
@@ -606,16 +609,19 @@ def check_retrieval(config) -> None:
             f"document with data.passkey.preamble={p.preamble} and key_digits={p.key_digits}; "
             f"got data.train_len={config.data.train_len} (set data.passkey.preamble=False, "
             "or fraction=0)")
-  for suite in ("passkey", "needle"):
+  for suite in ("passkey", "needle", "niah_multikey"):
     e = config.eval.get(suite)
     if e is None:
       continue
     prefix = f"eval.{suite}"
-    if suite == "needle":
+    if suite != "passkey":
       _retrieval_common(e, prefix, digits_field="value_digits", max_digits=MAX_DIGITS)
-      digits, digits_name = e.value_digits, "eval.needle.value_digits"
+      digits, digits_name = e.value_digits, f"{prefix}.value_digits"
     else:
       digits, digits_name = (p.key_digits if p is not None else 5), "data.passkey.key_digits"
+    if suite == "niah_multikey" and (not _integer(e.num_keys) or not 2 <= e.num_keys <= MAX_NEEDLE_KEYS):
+      raise ConfigError(f"{prefix}.num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}] (needles per prompt, "
+                        f"the target included); got {e.num_keys!r}")
     depths = e.depths
     if (not isinstance(depths, (tuple, list)) or not depths
         or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1

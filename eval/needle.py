@@ -1,6 +1,7 @@
 """Passkey and needle retrieval: accuracy on a grid of context lengths x needle depths.
 
-Protocol (both suites; prompts from data/passkey.py):
+Protocol (all three suites, passkey, needle and niah_multikey; prompts from data/passkey.py and,
+for RULER's multi-key needle, data/ruler.py):
 
   grid      lengths: the run's evaluation lengths, round(m * data.train_len) tokens for m in
             eval.length_multipliers (BOS included; the prompt is exactly that long); depths:
@@ -48,11 +49,13 @@ from tqdm import tqdm
 
 from configs.errors import ConfigError, eval_lengths
 from data import passkey as prompts_lib
+from data import ruler
 from data.passkey import check_retrieval
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
 
-SUITES = ("passkey", "needle")
+SUITES = ("passkey", "needle", "niah_multikey")
+HAYSTACK_SUITES = ("needle", "niah_multikey")  # held-out text of eval.split as the haystack
 SCORING = ("exact match: the greedy continuation, cut at its first special token (BOS/EOS/PAD), "
            "is decoded as UTF-8; its first maximal run of ASCII digits [0-9]+ must equal the "
            "answer")
@@ -63,6 +66,8 @@ SOURCES = {
     "passkey": "Mohtashami & Jaggi, Landmark Attention, arXiv 2305.16300, Appendix (prompt); "
                "Chen et al., Position Interpolation, arXiv 2306.15595, Section 3.3 and Figure 3",
     "needle": "Hsieh et al., RULER, arXiv 2404.06654 (single key-value needle, niah)",
+    "niah_multikey": "Hsieh et al., RULER, arXiv 2404.06654 (niah_multikey: the key-value "
+                     "needle among num_keys - 1 distractor needles of other keys; data/ruler.py)",
 }
 
 
@@ -106,7 +111,7 @@ def is_correct(continuation: str, answer: str) -> bool:
 
 
 def settings(config, suite: str):
-  """`config.eval.<suite>`, after checking the retrieval fields.
+  """`config.eval.<suite>` (suite in SUITES), after checking the retrieval fields.
 
   Raises:
     ConfigError: unknown suite, or a bad field (configs.validate.check_retrieval).
@@ -132,9 +137,12 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
     p = config.data.passkey
     return prompts_lib.PasskeyPrompts(tokenizer, preamble=p.preamble, key_digits=p.key_digits)
   if not any(d.data for d in haystack_docs):
-    raise ConfigError(f"the needle suite needs held-out documents; eval.split={config.eval.split!r} "
-                      "has none")
-  n = config.eval.needle
+    raise ConfigError(f"the {suite} suite needs held-out documents; eval.split="
+                      f"{config.eval.split!r} has none")
+  n = config.eval[suite]
+  if suite == "niah_multikey":
+    return ruler.MultiKeyNeedlePrompts(tokenizer, haystack_docs, num_keys=n.num_keys,
+                                       preamble=n.preamble, value_digits=n.value_digits)
   return prompts_lib.NeedlePrompts(tokenizer, haystack_docs, preamble=n.preamble,
                                    value_digits=n.value_digits)
 
@@ -143,7 +151,7 @@ def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):
   """Checks that `suite` can run on `config` (call before compiling anything).
 
   Args:
-    config: the run's config; suite: "passkey" | "needle".
+    config: the run's config; suite: one of SUITES.
     docs: the splits ({split: [Document]}) or the held-out documents themselves.
     tokenizer: the run's tokenizer.
 
@@ -156,13 +164,13 @@ def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):
   """
   settings(config, suite)
   held_out = list(docs.get(config.eval.split, ())) if isinstance(docs, Mapping) else list(docs)
-  builder = prompt_builder(config, suite, tokenizer, held_out if suite == "needle" else ())
+  builder = prompt_builder(config, suite, tokenizer, held_out if suite in HAYSTACK_SUITES else ())
   lengths = eval_lengths(config)
   if all(L < builder.min_length for L in lengths):
     raise ConfigError(f"every evaluation length {lengths} is shorter than the {builder.min_length} "
                       f"tokens the {suite} prompt needs; raise eval.length_multipliers"
                       + (" or set data.passkey.preamble=False" if suite == "passkey" else
-                         " or set eval.needle.preamble=False"))
+                         f" or set eval.{suite}.preamble=False"))
   return builder
 
 
@@ -260,7 +268,7 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
   """Builds, decodes and scores the whole grid of `suite`; returns the result (not written).
 
   Args:
-    suite: "passkey" | "needle".
+    suite: one of SUITES.
     config: the run's config (eval.<suite>, eval.length_multipliers, eval.batch_tokens,
       data.train_len).
     builder: from `prompt_builder`.
@@ -338,14 +346,18 @@ def prompt_format(suite: str, config, builder) -> dict:
             "filler": " ".join(prompts_lib.PASSKEY_FILLER),
             "needle": prompts_lib.PASSKEY_NEEDLE, "question": prompts_lib.PASSKEY_QUESTION,
             "layout": "[preamble\\n]filler[:b]\\nneedle\\nfiller[:F-b]\\nquestion"}
-  n = config.eval.needle
-  return {"preamble": n.preamble, "value_digits": n.value_digits, "min_length": builder.min_length,
-          "preamble_text": prompts_lib.NEEDLE_PREAMBLE, "needle": prompts_lib.NEEDLE_TEMPLATE,
-          "question": prompts_lib.NEEDLE_QUESTION,
-          "layout": "[preamble\\n]haystack[:b]needle\\nhaystack[b:F]\\nquestion",
-          "haystack_tokens": int(len(builder.haystack.tokens))}
+  n = config.eval[suite]
+  out = {"preamble": n.preamble, "value_digits": n.value_digits, "min_length": builder.min_length,
+         "preamble_text": prompts_lib.NEEDLE_PREAMBLE, "needle": prompts_lib.NEEDLE_TEMPLATE,
+         "question": prompts_lib.NEEDLE_QUESTION,
+         "layout": "[preamble\\n]haystack[:b]needle\\nhaystack[b:F]\\nquestion",
+         "haystack_tokens": int(len(builder.haystack.tokens))}
+  if suite == "niah_multikey":
+    out.update(num_keys=n.num_keys, layout="[preamble\\n]haystack with num_keys needle lines "
+               "(the target at depth b, the distractors at uniform depths)\\nquestion for the target")
+  return out
 
 
-__all__ = ["SUITES", "continuation_text", "evaluate_grid", "first_digit_run", "generate_batched",
+__all__ = ["HAYSTACK_SUITES", "SUITES", "continuation_text", "evaluate_grid", "first_digit_run", "generate_batched",
            "grid_prompts", "is_correct", "max_length_passing", "prompt_builder", "prompt_format",
            "skip_reasons"]

@@ -3,7 +3,7 @@
 Reads every run folder of the study (a folder with a config.json written by train.py): its
 config, its final metrics (metrics.jsonl: the last training loss and validation loss) and every
 result JSON in its eval/ folder (train.py's and eval.run's: ppl_vs_length*, loss_by_position*,
-passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
+passkey*, needle*, niah_multikey*, algorithmic*), and writes, atomically (eval/files.py):
 
   <study>/results.parquet, results.csv
       one row per run x suite x length x extension (x protocol for the perplexity suites):
@@ -22,11 +22,14 @@ passkey*, needle*, algorithmic*), and writes, atomically (eval/files.py):
                           for), windows, window_stride (tokens), skipped (the reason, if skipped)
         loss_by_position  length, multiplier, nll, tokens, detail = JSON list of the position
                           bins ({start, end, nll, tokens}; end exclusive)
-        passkey / needle  length, multiplier, accuracy, correct, prompts, skipped,
+        passkey / needle / niah_multikey
+                          length, multiplier, accuracy, correct, prompts, skipped,
                           max_length_passing and threshold (of the whole grid), detail = JSON
                           {depth: accuracy} of the length's cells
         algorithmic       size (length = the example's tokens, multiplier = size / the largest
-                          trained size), exact_match, token_accuracy, examples, in_distribution
+                          trained size), exact_match, token_accuracy, examples, in_distribution;
+                          for a two-size task (addition_grid) detail = JSON {second operand's
+                          size: exact match} of the grid row whose first operand has `size`
         attention         length, multiplier, entropy (nats) and sink_mass (means over layers,
                           heads, queries and windows), entropy_uniform (the uniform-attention
                           ceiling), windows, skipped, detail = JSON {entropy_by_layer,

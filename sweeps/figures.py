@@ -223,7 +223,7 @@ def _log_ppl_axis(ax) -> None:
 
 
 PROTOCOLS = ("non_overlapping", "sliding")
-RETRIEVAL_SUITES = ("passkey", "needle")
+RETRIEVAL_SUITES = ("passkey", "needle", "niah_multikey")  # eval/needle.py SUITES
 ALGORITHMIC_METRICS = ("exact_match", "token_accuracy")
 
 
@@ -391,7 +391,7 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
   """Retrieval heatmaps (depth x length, accuracy mean over seeds) for every scheme in a grid.
 
   Args:
-    frame: the results table; suite: "passkey" | "needle".
+    frame: the results table; suite: one of RETRIEVAL_SUITES.
     with_extensions: include eval-time extensions as their own panels.
 
   Returns:
@@ -549,7 +549,7 @@ def fig_attention_maps(maps: dict, layer: int = -1, max_tokens: int = 256):
 
 # Suites drawn by the figures above; any other registered suite with a `metric` gets
 # `fig_metric_vs_length` in the report.
-DRAWN_SUITES = ("ppl_vs_length", "loss_by_position", "passkey", "needle", "attention",
+DRAWN_SUITES = ("ppl_vs_length", "loss_by_position", *RETRIEVAL_SUITES, "attention",
                 "algorithmic")
 
 
@@ -879,7 +879,7 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
                  fig_extensions(frame, p)),
                 (f"loss_by_position_{p}", f"Loss by token position at the longest length ({p})",
                  fig_loss_by_position(frame, protocol=p))]
-  for suite in ("passkey", "needle"):
+  for suite in RETRIEVAL_SUITES:
     figures += [(f"{suite}_heatmaps", f"{suite}: accuracy by length and depth, every scheme",
                  fig_retrieval_grid(frame, suite)),
                 (f"{suite}_vs_length", f"{suite}: accuracy vs length",

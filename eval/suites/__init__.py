@@ -13,11 +13,12 @@ from eval.suites.algorithmic import Algorithmic
 from eval.suites.attention import Attention
 from eval.suites.base import TASK, TEXT, Context, Suite, write_result
 from eval.suites.needle import Needle
+from eval.suites.niah_multikey import NiahMultikey
 from eval.suites.passkey import Passkey
 from eval.suites.perplexity import Perplexity
 
 REGISTRY: dict[str, Suite] = {name: suite for suite in (
-    Perplexity(), Passkey(), Needle(), Attention(), Algorithmic(),
+    Perplexity(), Passkey(), Needle(), NiahMultikey(), Attention(), Algorithmic(),
 ) for name in suite.names}
 
 

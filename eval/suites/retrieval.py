@@ -1,5 +1,5 @@
 """Retrieval grids (lengths x needle depths x trials, greedy decoding, exact match; eval/needle.py):
-the shared runner of the passkey and needle suites, `<workdir>/eval/<suite><suffix>.{json,png}`."""
+the shared runner of the passkey, needle and niah_multikey suites, `<workdir>/eval/<suite><suffix>.{json,png}`."""
 
 from __future__ import annotations
 
@@ -17,19 +17,20 @@ from runs.workdir import config_hash
 
 
 class Retrieval(Suite):
-  """A retrieval grid suite: `names[0]` is "passkey" or "needle" (eval/needle.py SUITES)."""
+  """A retrieval grid suite: `names[0]` is one of eval/needle.py SUITES (passkey, needle,
+  niah_multikey)."""
 
   data = TEXT
 
   @property
   def section(self) -> str:
-    """eval.passkey / eval.needle: the grid's settings."""
+    """eval.<suite>: the grid's settings."""
     return self.names[0]
 
   def check(self, config, *, spec=None, docs=None, tokenizer=None, explicit_lengths=False):
     """The grid's fields, the prompt's length against the eval lengths and, with the corpus
     loaded (`docs`), the needle's held-out haystack (eval/needle.py check_suite)."""
-    if docs is None and self.section == "needle":
+    if docs is None and self.section in needle.HAYSTACK_SUITES:
       needle.settings(config, self.section)  # the haystack is checked where the corpus is loaded
     else:
       needle.check_suite(config, self.section, docs or {}, tokenizer)
@@ -43,7 +44,8 @@ class Retrieval(Suite):
       note = (f"data.passkey.preamble={config.data.passkey.preamble}, "
               f"key_digits={config.data.passkey.key_digits}")
     else:
-      note = f"eval.needle.preamble={s.preamble}, value_digits={s.value_digits}"
+      note = f"eval.{suite}.preamble={s.preamble}, value_digits={s.value_digits}" + (
+          f", num_keys={s.num_keys}" if suite == "niah_multikey" else "")
     skip = needle.skip_reasons(eval_lengths(config), min_length=builder.min_length,
                                max_new_tokens=s.max_new_tokens, max_position=spec.max_position,
                                kind=config.model.position.kind, hint=spec.max_position_hint,
@@ -62,7 +64,7 @@ class Retrieval(Suite):
         "scheme": config.model.position.kind, "step": int(ctx.step),
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "prompt": needle.prompt_format(suite, config, builder)})
-    if suite == "needle":
+    if suite in needle.HAYSTACK_SUITES:
       result.update({"split": config.eval.split,
                      "documents": len(ctx.docs.get(config.eval.split, ()))})
     write_result(ctx.workdir, f"{suite}{ctx.suffix}", result, plots.plot_retrieval_heatmap)

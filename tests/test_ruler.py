@@ -1,0 +1,142 @@
+"""RULER's multi-key needle (data/ruler.py, suite niah_multikey): exact-length prompts with
+num_keys needles in held-out text, no special token inside, reproducible, scored on the target
+only (an oracle of the target scores 1, one of a distractor 0), and the suite's JSON, PNG and
+collected rows from a tiny model."""
+
+import json
+import os
+import re
+
+import jax
+import numpy as np
+import pytest
+
+import train
+from conftest import tiny_config
+from configs.validate import ConfigError, validate
+from data import inputs as data_inputs
+from data import passkey, ruler
+from data.corpora import read_text_files
+from data.tokenizers import ByteTokenizer
+from eval import needle, suites
+from eval.suites import Context
+from models import spec as specs
+
+TOK = ByteTokenizer()
+NEEDLE = re.compile(r"One of the special magic numbers for ([a-z]+-[a-z]+) is: (\d+)\.\n")
+
+
+def text(ids) -> str:
+  return TOK.decode(ids)
+
+
+@pytest.mark.parametrize("num_keys", [2, 4])
+def test_prompts_hold_num_keys_needles_in_held_out_text(text_corpus, num_keys):
+  docs = read_text_files(text_corpus)[:3]
+  stream = b"".join(d.data if d.data.endswith(b"\n") else d.data + b"\n" for d in docs)
+  builder = ruler.MultiKeyNeedlePrompts(TOK, docs, num_keys=num_keys, preamble=True,
+                                        value_digits=7)
+  special = [TOK.bos_id, TOK.eos_id, TOK.pad_id]
+  for length in (builder.min_length, 700, 2048):
+    for depth in (0.0, 0.5, 1.0):
+      for trial in range(3):
+        p = builder.cell(length, depth, trial, seed=3)
+        assert p.tokens.shape == (length,) and p.tokens[0] == TOK.bos_id
+        assert not np.isin(p.tokens[1:], special).any()  # no BOS/EOS/PAD inside
+        prompt = text(p.tokens[1:])
+        found = NEEDLE.findall(prompt)
+        keys = [k for k, _ in found]
+        assert len(found) == num_keys and len(set(keys)) == num_keys and p.key in keys
+        assert dict(found)[p.key] == p.answer and len(p.answer) == 7
+        assert sum(v == p.answer for _, v in found) == 1  # the answer is unambiguous
+        assert text(p.tokens[p.needle_start:p.needle_end]) == passkey.NEEDLE_TEMPLATE.format(
+            key=p.key, value=p.answer)
+        question = passkey.NEEDLE_QUESTION.format(key=p.key)
+        assert prompt.endswith("\n" + question)
+        body = prompt[len(passkey.NEEDLE_PREAMBLE) + 1:-len(question) - 1]
+        hay = NEEDLE.sub("", body).encode()
+        assert hay in stream + stream  # the haystack is contiguous held-out text
+        before = NEEDLE.sub("", text(p.tokens[1 + len(passkey.NEEDLE_PREAMBLE) + 1:
+                                                p.needle_start])).encode()
+        assert p.actual_depth == pytest.approx(len(before) / len(hay) if hay else 0.0)
+  a, b = builder.cell(900, 0.5, 1, seed=3), builder.cell(900, 0.5, 1, seed=3)
+  assert a.tokens.tobytes() == b.tokens.tobytes()
+  assert builder.cell(900, 0.5, 2, seed=3).tokens.tobytes() != a.tokens.tobytes()
+  single = passkey.NeedlePrompts(TOK, docs, preamble=True, value_digits=7)
+  assert builder.min_length > single.min_length
+  with pytest.raises(ValueError, match="needs at least"):
+    builder.cell(single.min_length, 0.5, 0, seed=3)
+  with pytest.raises(ValueError, match="num_keys"):
+    ruler.MultiKeyNeedlePrompts(TOK, docs, num_keys=1)
+
+
+def _reader(pick):
+  """A model that reads one needle's value off each prompt: `pick(target_key, needles)`."""
+  def for_length(length):
+    def generate(prompts):
+      out = []
+      for row in prompts:
+        s = text(row)
+        target = re.search(r"special magic number for ([a-z]+-[a-z]+) mentioned", s).group(1)
+        out.append(TOK.encode(f" {pick(target, NEEDLE.findall(s))}.\nxxxxxxx")[:10])
+      return np.stack(out)
+    return generate
+  return for_length
+
+
+def grid_config(text_corpus):
+  c = tiny_config(text_corpus)
+  c.data.train_len = 128
+  c.eval.length_multipliers = (1.0, 8.0, 16.0)  # 128 (too short for 4 needles), 1024, 2048
+  c.eval.niah_multikey.depths = (0.0, 1.0)
+  c.eval.niah_multikey.trials = 2
+  return c
+
+
+def test_scoring_counts_the_target_only(text_corpus):
+  """An oracle of the target scores 1.0 everywhere; a reader of the first distractor 0.0."""
+  c = grid_config(text_corpus)
+  docs = data_inputs.load_splits(c)
+  builder = needle.check_suite(c, "niah_multikey", docs, TOK)
+  skip = needle.skip_reasons([128, 1024, 2048], min_length=builder.min_length, max_new_tokens=10,
+                             max_position=None, kind="alibi")
+  assert list(skip) == [128]
+  right = needle.evaluate_grid("niah_multikey", c, builder, TOK,
+                               _reader(lambda t, found: dict(found)[t]), skip=skip)
+  assert right["accuracy"] == [[None, None], [1.0, 1.0], [1.0, 1.0]]
+  assert right["max_length_passing"] == 2048
+  wrong = needle.evaluate_grid("niah_multikey", c, builder, TOK, _reader(
+      lambda t, found: next(v for k, v in found if k != t)), skip=skip)
+  assert wrong["accuracy"] == [[None, None], [0.0, 0.0], [0.0, 0.0]]
+
+
+def test_suite_writes_json_png_and_collected_rows(text_corpus, tmp_path):
+  c = grid_config(text_corpus)
+  c.eval.length_multipliers = (4.0,)
+  c.eval.niah_multikey.num_keys = 2
+  c.eval.niah_multikey.trials = 1
+  mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
+  spec = specs.model_spec(c, mesh)
+  params = specs.init_params(c, spec)
+  docs = data_inputs.load_splits(c)
+  suite = suites.REGISTRY["niah_multikey"]
+  result = suite.run(Context(c, str(tmp_path), spec, mesh, params, 5, docs, TOK))["niah_multikey"]
+  saved = json.load(open(tmp_path / "eval" / "niah_multikey.json"))
+  assert saved == json.loads(json.dumps(result))
+  assert os.path.getsize(tmp_path / "eval" / "niah_multikey.png") > 0
+  assert saved["suite"] == "niah_multikey" and saved["prompt"]["num_keys"] == 2
+  assert saved["split"] == "validation" and "niah_multikey" in saved["source"]
+  assert saved["lengths"] == [512] and len(saved["cells"]) == 2
+  rows = suite.rows(saved, c.data.train_len)
+  assert [r["length"] for r in rows] == [512] and rows[0]["prompts"] == 2
+  assert set(json.loads(rows[0]["detail"])) == {"0", "1"}
+
+
+@pytest.mark.parametrize("value,match", [
+    (1, "eval.niah_multikey.num_keys must be an integer in \\[2, 64\\]"),
+    (65, "eval.niah_multikey.num_keys"), (True, "eval.niah_multikey.num_keys")])
+def test_bad_num_keys_is_refused_in_one_line(text_corpus, value, match):
+  c = tiny_config(text_corpus)
+  c.eval.niah_multikey.num_keys = value
+  with pytest.raises(ConfigError, match=match):
+    validate(c, 8)
