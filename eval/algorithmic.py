@@ -279,7 +279,7 @@ def plot_grid(result: dict, path: str) -> None:
       for b in sizes:
         v = acc[a - 1, b - 1]
         ax.text(b, a, "skip" if np.isnan(v) else f"{100 * v:.0f}", ha="center", va="center",
-                fontsize=5)
+                fontsize=6)
   lo, hi = grid["train_min_size"], grid["train_max_size"]
   ax.add_patch(Rectangle((lo - 0.5, lo - 0.5), hi - lo + 1, hi - lo + 1, fill=False,
                          edgecolor="black", linestyle="--", linewidth=1.2))

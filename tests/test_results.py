@@ -84,3 +84,22 @@ def test_a_folder_of_result_files_is_collected_by_file_name_prefix(tmp_path):
   with pytest.raises(collect.CollectError, match="holds no run folder with a config.json and no "
                                                  "result JSON"):
     collect.collect(str(folder))
+
+
+def test_addition_grid_rows_of_results_readme_are_the_committed_grids():
+  """results/README.md's addition-grid table states what the committed JSONs hold."""
+  import json
+  text = open(os.path.join(RESULTS, "README.md")).read()
+  for scheme in ("alibi", "rope", "none"):
+    grid = json.load(open(os.path.join(RESULTS, "addition_grid_cpu", scheme, "eval",
+                                       "algorithmic.json")))["grid"]
+    m = grid["exact_match"]
+    row = next(line for line in text.splitlines() if line.startswith(f"| `{scheme}`")
+               and "/ 0.00 |" in line and line.count("|") == 10)
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2] == f"{grid['in_distribution_exact_match']:.3f}"
+    assert cells[3] == f"{m[0][0]:.2f} / {m[1][1]:.2f} / {m[2][2]:.2f}"
+    assert cells[4] == f"{m[0][1]:.2f} / {m[1][0]:.2f}"
+    assert cells[5] == f"{m[0][4]:.2f} / {m[4][0]:.2f}"
+    assert cells[6] == f"{grid['one_operand_beyond_exact_match']:.3f}"
+    assert cells[7] == f"{grid['beyond_exact_match']:.3f}"
