@@ -95,6 +95,8 @@ class RetrievalPrompt:
       F = 0), after snapping to a sentence or line boundary.
     needle_start: index in `tokens` of the needle's first token.
     needle_end: index in `tokens` one past the needle's last token.
+    distractors: the other needles of a multi-key prompt (data/ruler.py), as (key, value,
+      needle_start) triples in prompt order; () for passkey and single-needle prompts.
   """
 
   tokens: np.ndarray
@@ -104,6 +106,7 @@ class RetrievalPrompt:
   actual_depth: float
   needle_start: int
   needle_end: int
+  distractors: tuple[tuple[str, str, int], ...] = ()
 
   @property
   def length(self) -> int:

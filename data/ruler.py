@@ -109,18 +109,18 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
     hay, starts = self.haystack.window(start, hay_len)
     candidates = np.concatenate([[0], starts])
     points = [_snap(candidates, d * hay_len) for d in depths]
-    parts, lo, target_start = [self._head], 0, 0
+    parts, lo, starts = [self._head], 0, {}
     for i in sorted(range(k), key=lambda i: (points[i], i)):  # the target first at a tie
       parts.append(hay[lo:points[i]])
       lo = points[i]
-      if i == 0:
-        target_start = sum(map(len, parts))
+      starts[i] = sum(map(len, parts))
       parts.append(needles[i])
     tokens = np.concatenate(parts + [hay[lo:], tail]).astype(np.int32)
     assert len(tokens) == length, (len(tokens), length)
+    distractors = tuple((keys[i], values[i], starts[i]) for i in starts if i != 0)
     return RetrievalPrompt(tokens, values[0], keys[0], float(depth),
-                           points[0] / hay_len if hay_len else 0.0, target_start,
-                           target_start + len(needles[0]) - len(nl))
+                           points[0] / hay_len if hay_len else 0.0, starts[0],
+                           starts[0] + len(needles[0]) - len(nl), distractors)
 
   def cell(self, length: int, depth: float, trial: int, seed: int) -> RetrievalPrompt:
     """The prompt of one grid cell's trial, drawn from `cell_rng(seed, "niah_multikey", length,

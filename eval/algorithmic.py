@@ -160,7 +160,9 @@ def evaluate_sizes(score_fn: Callable, params, task: tasks.Task, sizes, *,
     score_fn: from `make_score_fn`; params: parameter pure dict.
     task: the task.
     sizes: instance sizes to evaluate (>= 1).
-    examples_per_size: examples drawn per size (`default_rng([seed, EVALUATION, size])`).
+    examples_per_size: examples drawn per size (`default_rng([seed, EVALUATION, size])`; for a
+      GridTask the diagonal cell (size, size)'s, `default_rng([seed, GRID_EVALUATION, size,
+      size])`, so each row equals that cell of `evaluate_grid` with as many examples).
     seed: data.task.eval_seed.
     tokenizer: the byte tokenizer.
     batch_tokens: tokens per forward pass.
@@ -184,8 +186,11 @@ def evaluate_sizes(score_fn: Callable, params, task: tasks.Task, sizes, *,
       out.append(row | {"examples": 0, "exact_match": None, "answer_tokens": 0,
                         "token_accuracy": None, "skipped": skip_reason})
       continue
-    rows = dataset.examples_of_size(task, size, examples_per_size, seed, dataset.EVALUATION,
-                                    tokenizer)
+    if isinstance(task, tasks.GridTask):  # the grid's diagonal cell: the same examples
+      rows = dataset.examples_of_cell(task, size, size, examples_per_size, seed, tokenizer)
+    else:
+      rows = dataset.examples_of_size(task, size, examples_per_size, seed, dataset.EVALUATION,
+                                      tokenizer)
     correct, total = score_rows(score_fn, params, rows, batch_tokens=batch_tokens, mesh=mesh,
                                 pad_id=tokenizer.pad_id)
     out.append(row | accuracy(correct, total))
@@ -259,8 +264,9 @@ def evaluate_grid(score_fn: Callable, params, task: tasks.GridTask, max_size: in
 
 
 def plot_grid(result: dict, path: str) -> None:
-  """Exact-match heatmap over the grid of sizes (first operand's on y, second's on x), the
-  training square outlined (McLeish et al., arXiv 2405.17399, Figure 1's layout).
+  """Exact-match heatmap over the grid of sizes (first operand's on y, second's on x), in percent,
+  the training square outlined (McLeish et al., arXiv 2405.17399, Figure 1's layout), on the
+  colour-blind-safe `cividis` map (eval/plots.py ACCURACY_CMAP).
 
   Args:
     result: an algorithmic result dict with "grid" (`evaluate_grid`), "task", "scheme", "step".
@@ -270,30 +276,35 @@ def plot_grid(result: dict, path: str) -> None:
 
   grid = result["grid"]
   sizes = grid["sizes"]
-  acc = np.array([[np.nan if v is None else v for v in row] for row in grid["exact_match"]])
+  acc = 100 * np.array([[np.nan if v is None else v for v in row] for row in grid["exact_match"]])
   fig, ax = plots.subplots(figsize=(2.2 + 0.32 * len(sizes), 1.6 + 0.3 * len(sizes)), dpi=120)
-  image = ax.imshow(np.ma.masked_invalid(acc), cmap=plots.RETRIEVAL_CMAP, vmin=0.0, vmax=1.0,
+  image = ax.imshow(np.ma.masked_invalid(acc), cmap=plots.ACCURACY_CMAP, vmin=0.0, vmax=100.0,
                     origin="lower", extent=(0.5, len(sizes) + 0.5, 0.5, len(sizes) + 0.5))
   if len(sizes) <= 24:
     for a in sizes:
       for b in sizes:
         v = acc[a - 1, b - 1]
-        ax.text(b, a, "skip" if np.isnan(v) else f"{100 * v:.0f}", ha="center", va="center",
-                fontsize=6)
+        ax.text(b, a, "skip" if np.isnan(v) else f"{v:.0f}", ha="center", va="center",
+                fontsize=6, color="black" if not np.isnan(v) and v >= 60 else "white")
   lo, hi = grid["train_min_size"], grid["train_max_size"]
   ax.add_patch(Rectangle((lo - 0.5, lo - 0.5), hi - lo + 1, hi - lo + 1, fill=False,
-                         edgecolor="black", linestyle="--", linewidth=1.2))
+                         edgecolor="white", linestyle="--", linewidth=1.4))
   ticks = sizes if len(sizes) <= 20 else sizes[::max(1, len(sizes) // 10)]
   ax.set_xticks(ticks)
   ax.set_yticks(ticks)
-  unit = result.get("size_unit", "digits")
+  ax.tick_params(labelsize=8)
+  unit = result.get("size_unit", "digits per operand").removesuffix(" per operand")
   ax.set_xlabel(f"second operand ({unit})", fontsize=8)
   ax.set_ylabel(f"first operand ({unit})", fontsize=8)
-  mean = grid["beyond_exact_match"]
+
+  def pct(v):
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
   ax.set_title(f"{result['task']}: {result.get('scheme', 'model')}, step {result.get('step', '?')}"
-               f"\nexact match % per cell; dashed: training sizes {lo}..{hi}; mean beyond: "
-               f"{'n/a' if mean is None else f'{mean:.3f}'}", fontsize=8)
-  fig.colorbar(image, ax=ax, label="exact match", fraction=0.04)
+               f", {grid['examples_per_cell']} problems per cell\nexact match (%); dashed: "
+               f"training sizes {lo}..{hi}, mean {pct(grid['in_distribution_exact_match'])}; "
+               f"cells beyond: mean {pct(grid['beyond_exact_match'])}", fontsize=8)
+  fig.colorbar(image, ax=ax, label="exact match (%)", fraction=0.04)
   fig.tight_layout()
   plots.save_png(fig, path)
 

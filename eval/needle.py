@@ -170,7 +170,9 @@ def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):
     raise ConfigError(f"every evaluation length {lengths} is shorter than the {builder.min_length} "
                       f"tokens the {suite} prompt needs; raise eval.length_multipliers"
                       + (" or set data.passkey.preamble=False" if suite == "passkey" else
-                         f" or set eval.{suite}.preamble=False"))
+                         f" or set eval.{suite}.preamble=False")
+                      + (" or lower eval.niah_multikey.num_keys" if suite == "niah_multikey"
+                         else ""))
   return builder
 
 
@@ -315,6 +317,12 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
                           "correct": is_correct(text, p.answer), "actual_depth": p.actual_depth,
                           "needle_start": p.needle_start,
                           "distance_to_end": length - p.needle_start})
+          if p.distractors:  # which other needle, if any, the model answered with
+            answered = first_digit_run(text)
+            outputs[-1]["distractors"] = [{"key": k, "value": v, "needle_start": start}
+                                          for k, v, start in p.distractors]
+            outputs[-1]["answered_distractor"] = next(
+                (k for k, v, _ in p.distractors if v == answered), None)
         correct = sum(o["correct"] for o in outputs)
         row_correct += correct
         accs.append(correct / len(outputs))
@@ -322,6 +330,9 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
                       "correct": correct, "trials": len(outputs),
                       "mean_actual_depth": float(np.mean([o["actual_depth"] for o in outputs])),
                       "outputs": outputs})
+        if "distractors" in outputs[0]:
+          cells[-1]["answered_distractor"] = sum(o["answered_distractor"] is not None
+                                                 for o in outputs)
       matrix.append(accs)
       rows.append({"length": length, "multiplier": multiplier,
                    "accuracy": row_correct / len(flat), "correct": row_correct,

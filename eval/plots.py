@@ -17,6 +17,7 @@ from eval.files import atomic_write
 
 # Retrieval heatmaps: red (0) -> green (1); skipped cells grey.
 RETRIEVAL_CMAP = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d9d9d9")
+ACCURACY_CMAP = matplotlib.colormaps["cividis"].with_extremes(bad="#d9d9d9")  # colour-blind safe
 
 
 # Legend text size of every figure here and in sweeps/figures.py (points): readable in a report
@@ -150,8 +151,9 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   inside = [j for j, L in enumerate(lengths) if L <= result["train_len"]]
   if inside:
     ax.axvline(max(inside) + 0.5, color="black", linestyle="--", linewidth=1.2)
-  ax.set_xlabel(f"context length (tokens incl. BOS); dashed: train_len={result['train_len']}",
-                fontsize=8)
+  ax.set_xlabel("context length (tokens incl. BOS); "
+                + (f"dashed: train_len={result['train_len']}" if inside else
+                   f"every length > train_len={result['train_len']}"), fontsize=8)
   ax.set_ylabel(f"{result['suite']} depth", fontsize=8)
   passing = result.get("max_length_passing")
   ax.set_title(f"{result['suite']}: {curve_label(result)}, step {result.get('step', '?')}\n"

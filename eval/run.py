@@ -232,9 +232,13 @@ def main(argv):
       elif result["suite"] == "attention" and not row.get("skipped"):
         print(f"  length {row['length']:>6}: attention entropy {row['entropy']:.3f} nats "
               f"(uniform {row['entropy_uniform']:.3f}), sink mass {row['sink_mass']:.3f}")
+      elif "max_length_passing" in result and row.get("accuracy") is not None:
+        print(f"  length {row['length']:>6}: accuracy {row['accuracy']:.2f} "
+              f"({row['correct']} of {row['prompts']} prompts)")
     if "max_length_passing" in result:
+      passing = result["max_length_passing"]
       print(f"  largest length with accuracy >= {result.get('threshold')}: "
-            f"{result['max_length_passing']}")
+            f"{'none' if passing is None else passing}")
   folder = os.path.join(FLAGS.workdir, "eval")
   written = (sorted(name for name in os.listdir(folder) if not name.startswith(".")
                     and os.path.getmtime(os.path.join(folder, name)) >= started - 1)

@@ -51,6 +51,10 @@ def test_prompts_hold_num_keys_needles_in_held_out_text(text_corpus, num_keys):
         assert sum(v == p.answer for _, v in found) == 1  # the answer is unambiguous
         assert text(p.tokens[p.needle_start:p.needle_end]) == passkey.NEEDLE_TEMPLATE.format(
             key=p.key, value=p.answer)
+        assert sorted((k, v) for k, v, _ in p.distractors) == sorted(
+            (k, v) for k, v in found if k != p.key)
+        for k, v, start in p.distractors:  # each distractor's recorded offset is its needle
+          assert text(p.tokens[start:]).startswith(passkey.NEEDLE_TEMPLATE.format(key=k, value=v))
         question = passkey.NEEDLE_QUESTION.format(key=p.key)
         assert prompt.endswith("\n" + question)
         body = prompt[len(passkey.NEEDLE_PREAMBLE) + 1:-len(question) - 1]
@@ -108,6 +112,11 @@ def test_scoring_counts_the_target_only(text_corpus):
   wrong = needle.evaluate_grid("niah_multikey", c, builder, TOK, _reader(
       lambda t, found: next(v for k, v in found if k != t)), skip=skip)
   assert wrong["accuracy"] == [[None, None], [0.0, 0.0], [0.0, 0.0]]
+  for ok, bad in zip(right["cells"][2:], wrong["cells"][2:]):  # the evaluated lengths
+    assert ok["answered_distractor"] == 0 and bad["answered_distractor"] == bad["trials"] == 2
+    for o in bad["outputs"]:
+      assert len(o["distractors"]) == 3 and o["answer"] not in {d["value"] for d in o["distractors"]}
+      assert o["answered_distractor"] == next(d["key"] for d in o["distractors"])
 
 
 def test_suite_writes_json_png_and_collected_rows(text_corpus, tmp_path):

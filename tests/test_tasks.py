@@ -384,6 +384,8 @@ def test_addition_grid_run_writes_the_grid_and_its_heatmap(tmp_path):
     acc = algorithmic.accuracy(correct, total)
     assert grid["exact_match"][a - 1][b - 1] == acc["exact_match"]
     assert grid["token_accuracy"][a - 1][b - 1] == acc["token_accuracy"]
+  for row in result["rows"]:  # the per-size rows are the grid's diagonal cells
+    assert row["exact_match"] == grid["exact_match"][row["size"] - 1][row["size"] - 1]
   in_square = [grid["exact_match"][a - 1][b - 1] for a in (1, 2, 3) for b in (1, 2, 3)]
   assert grid["in_distribution_exact_match"] == pytest.approx(np.mean(in_square))
   rows = suites.REGISTRY["algorithmic"].rows(result, c.data.train_len)
