@@ -31,7 +31,8 @@ import numpy as np
 
 from data.corpora import Document
 from data.passkey import (KEY_ADJECTIVES, KEY_NOUNS, MAX_NEEDLE_KEYS, NEEDLE_QUESTION,
-                          NEEDLE_TEMPLATE, NeedlePrompts, RetrievalPrompt, _ids, _snap, cell_rng, random_digits)
+                          NEEDLE_TEMPLATE, NeedlePrompts, RetrievalPrompt, _ids, _snap, cell_rng,
+                          random_digits)
 from data.tokenizers import ByteTokenizer
 
 KEYS = tuple(f"{a}-{n}" for a in KEY_ADJECTIVES for n in KEY_NOUNS)  # 576 distinct keys
@@ -53,7 +54,8 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
 
   def __init__(self, tokenizer: ByteTokenizer, docs: Sequence[Document], *, num_keys: int = 4,
                preamble: bool = True, value_digits: int = 7):
-    if not isinstance(num_keys, int) or isinstance(num_keys, bool) or not 2 <= num_keys <= MAX_NEEDLE_KEYS:
+    if (not isinstance(num_keys, int) or isinstance(num_keys, bool)
+        or not 2 <= num_keys <= MAX_NEEDLE_KEYS):
       raise ValueError(f"num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}]; got {num_keys!r}")
     super().__init__(tokenizer, docs, preamble=preamble, value_digits=value_digits)
     self.num_keys = num_keys

@@ -364,11 +364,12 @@ def prompt_format(suite: str, config, builder) -> dict:
          "layout": "[preamble\\n]haystack[:b]needle\\nhaystack[b:F]\\nquestion",
          "haystack_tokens": int(len(builder.haystack.tokens))}
   if suite == "niah_multikey":
-    out.update(num_keys=n.num_keys, layout="[preamble\\n]haystack with num_keys needle lines "
-               "(the target at depth b, the distractors at uniform depths)\\nquestion for the target")
+    out.update(num_keys=n.num_keys,
+               layout="[preamble\\n]haystack with num_keys needle lines (the target at depth b, "
+                      "the distractors at uniform depths)\\nquestion for the target")
   return out
 
 
-__all__ = ["HAYSTACK_SUITES", "SUITES", "continuation_text", "evaluate_grid", "first_digit_run", "generate_batched",
-           "grid_prompts", "is_correct", "max_length_passing", "prompt_builder", "prompt_format",
+__all__ = ["HAYSTACK_SUITES", "SUITES", "continuation_text", "evaluate_grid", "first_digit_run",
+           "generate_batched", "grid_prompts", "is_correct", "max_length_passing", "prompt_builder", "prompt_format",
            "skip_reasons"]

@@ -91,7 +91,7 @@ def test_addition_grid_rows_of_results_readme_are_the_committed_grids():
   import json
   text = open(os.path.join(RESULTS, "README.md")).read()
   for scheme in ("alibi", "rope", "none"):
-    grid = json.load(open(os.path.join(RESULTS, "addition_grid_cpu", scheme, "eval",
+    grid = json.load(open(os.path.join(RESULTS, "addition_grid_cpu", f"kind={scheme}", "eval",
                                        "algorithmic.json")))["grid"]
     m = grid["exact_match"]
     row = next(line for line in text.splitlines() if line.startswith(f"| `{scheme}`")

@@ -115,7 +115,8 @@ def test_scoring_counts_the_target_only(text_corpus):
   for ok, bad in zip(right["cells"][2:], wrong["cells"][2:]):  # the evaluated lengths
     assert ok["answered_distractor"] == 0 and bad["answered_distractor"] == bad["trials"] == 2
     for o in bad["outputs"]:
-      assert len(o["distractors"]) == 3 and o["answer"] not in {d["value"] for d in o["distractors"]}
+      values = {d["value"] for d in o["distractors"]}
+      assert len(o["distractors"]) == 3 and o["answer"] not in values
       assert o["answered_distractor"] == next(d["key"] for d in o["distractors"])
 
 

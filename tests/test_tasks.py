@@ -89,7 +89,8 @@ def _check_grid_addition(x: bytes, answer: bytes, a: int, b: int, *, reverse: bo
   the answer is their sum in max(a, b) + 1 digits, zero-padded, in the task's digit order."""
   order = (lambda t: t[::-1]) if reverse else (lambda t: t)
   x0, x1 = (order(t) for t in x.split(b"+"))  # most-significant digit first
-  lengths_ok = (len(x0), len(x1)) == (a, b) and all(len(t) == 1 or t[0] != ord("0") for t in (x0, x1))
+  lengths_ok = ((len(x0), len(x1)) == (a, b)
+                and all(len(t) == 1 or t[0] != ord("0") for t in (x0, x1)))
   return lengths_ok and answer == order(str(int(x0) + int(x1)).zfill(max(a, b) + 1).encode())
 
 
@@ -389,4 +390,5 @@ def test_addition_grid_run_writes_the_grid_and_its_heatmap(tmp_path):
   in_square = [grid["exact_match"][a - 1][b - 1] for a in (1, 2, 3) for b in (1, 2, 3)]
   assert grid["in_distribution_exact_match"] == pytest.approx(np.mean(in_square))
   rows = suites.REGISTRY["algorithmic"].rows(result, c.data.train_len)
-  assert json.loads(rows[0]["detail"]) == {str(b): grid["exact_match"][0][b - 1] for b in range(1, 7)}
+  assert json.loads(rows[0]["detail"]) == {str(b): grid["exact_match"][0][b - 1]
+                                           for b in range(1, 7)}

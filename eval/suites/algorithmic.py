@@ -73,7 +73,8 @@ class Algorithmic(Suite):
           train_sizes=(t.train_min_size, t.train_max_size))
     write_result(ctx.workdir, f"{SUITE}{ctx.suffix}", result, algorithmic.plot)
     if "grid" in result and jax.process_index() == 0:
-      algorithmic.plot_grid(result, os.path.join(ctx.workdir, "eval", f"{SUITE}{ctx.suffix}_grid.png"))
+      algorithmic.plot_grid(result, os.path.join(ctx.workdir, "eval",
+                                                 f"{SUITE}{ctx.suffix}_grid.png"))
     return {f"{SUITE}{ctx.suffix}": result}
 
   def summary(self, result: dict) -> list[str]:

@@ -1,5 +1,6 @@
 """Retrieval grids (lengths x needle depths x trials, greedy decoding, exact match; eval/needle.py):
-the shared runner of the passkey, needle and niah_multikey suites, `<workdir>/eval/<suite><suffix>.{json,png}`."""
+the shared runner of the passkey, needle and niah_multikey suites,
+`<workdir>/eval/<suite><suffix>.{json,png}`."""
 
 from __future__ import annotations
 
