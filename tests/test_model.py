@@ -208,5 +208,5 @@ def test_training_unrolls_at_most_a_bounded_number_of_chunks():
   assert TRAIN_UNROLLED_CHUNKS == 16
   assert products(2 * 16) == products(2 * 32) == products(2 * 64)
   tokens, pos, seg = _packed_batch(seq=64, first_doc=20)
-  np.testing.assert_allclose(np.asarray(model(tokens, pos, seg, train=True)),
-                             np.asarray(full(tokens, pos, seg)), rtol=0, atol=2e-5)
+  np.testing.assert_allclose(np.asarray(jitted(model)(tokens, pos, seg, train=True)),
+                             np.asarray(jitted(full)(tokens, pos, seg)), rtol=0, atol=2e-5)
