@@ -327,6 +327,12 @@ class NeedlePrompts:
     self._longest_key = max((f"{a}-{n}" for a in KEY_ADJECTIVES for n in KEY_NOUNS),
                             key=lambda k: self._fixed(k, "9" * value_digits))
 
+  def _check_value(self, value: str) -> None:
+    """Raises ValueError unless `value` is a string of `value_digits` ASCII digits."""
+    if not (isinstance(value, str) and len(value) == self.value_digits and value.isascii()
+            and value.isdigit()):
+      raise ValueError(f"value must be a string of {self.value_digits} ASCII digits; got {value!r}")
+
   def _fixed(self, key: str, value: str) -> int:
     needle = _ids(self.tokenizer, NEEDLE_TEMPLATE.format(key=key, value=value))
     question = _ids(self.tokenizer, NEEDLE_QUESTION.format(key=key))
@@ -354,9 +360,7 @@ class NeedlePrompts:
     Raises:
       ValueError: length too short for this key, depth outside [0, 1], or a bad value.
     """
-    if not (isinstance(value, str) and len(value) == self.value_digits and value.isascii()
-            and value.isdigit()):
-      raise ValueError(f"value must be a string of {self.value_digits} ASCII digits; got {value!r}")
+    self._check_value(value)
     if not 0.0 <= depth <= 1.0:
       raise ValueError(f"depth must lie in [0, 1]; got {depth}")
     nl = self._newline
@@ -587,8 +591,8 @@ def check_retrieval(config) -> None:
   Raises:
     ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
       outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
-      key_digits / value_digits outside 1..18; num_keys outside 2..64; depths not a non-empty list of numbers in [0, 1];
-      trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
+      key_digits / value_digits outside 1..18; num_keys outside 2..64; depths not a non-empty
+      list of numbers in [0, 1]; trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
       space and the character after the number); or, with data.passkey.fraction > 0, a passkey
       training document that cannot fit in data.train_len tokens, or an algorithmic task.
   """
@@ -622,9 +626,10 @@ def check_retrieval(config) -> None:
       digits, digits_name = e.value_digits, f"{prefix}.value_digits"
     else:
       digits, digits_name = (p.key_digits if p is not None else 5), "data.passkey.key_digits"
-    if suite == "niah_multikey" and (not _integer(e.num_keys) or not 2 <= e.num_keys <= MAX_NEEDLE_KEYS):
-      raise ConfigError(f"{prefix}.num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}] (needles per prompt, "
-                        f"the target included); got {e.num_keys!r}")
+    if suite == "niah_multikey" and (not _integer(e.num_keys)
+                                     or not 2 <= e.num_keys <= MAX_NEEDLE_KEYS):
+      raise ConfigError(f"{prefix}.num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}] (needles "
+                        f"per prompt, the target included); got {e.num_keys!r}")
     depths = e.depths
     if (not isinstance(depths, (tuple, list)) or not depths
         or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1

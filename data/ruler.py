@@ -59,8 +59,7 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
       raise ValueError(f"num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}]; got {num_keys!r}")
     super().__init__(tokenizer, docs, preamble=preamble, value_digits=value_digits)
     self.num_keys = num_keys
-    longest = max(KEYS, key=self._needle_len)
-    self._longest_needle = self._needle_len(longest)
+    self._longest_needle = max(map(self._needle_len, KEYS))
 
   def _needle_len(self, key: str) -> int:
     return len(_ids(self.tokenizer, NEEDLE_TEMPLATE.format(key=key, value="9" * self.value_digits)))
@@ -95,8 +94,7 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
     if len(set(keys)) != k:
       raise ValueError(f"keys must be distinct; got {list(keys)}")
     for v in values:
-      if not (isinstance(v, str) and len(v) == self.value_digits and v.isascii() and v.isdigit()):
-        raise ValueError(f"values must be strings of {self.value_digits} ASCII digits; got {v!r}")
+      self._check_value(v)
     depths = [float(depth), *map(float, distractor_depths)]
     if not all(0.0 <= d <= 1.0 for d in depths):
       raise ValueError(f"depths must lie in [0, 1]; got {depths}")
@@ -111,18 +109,18 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
     hay, starts = self.haystack.window(start, hay_len)
     candidates = np.concatenate([[0], starts])
     points = [_snap(candidates, d * hay_len) for d in depths]
-    parts, lo, starts = [self._head], 0, {}
+    parts, lo, needle_starts = [self._head], 0, {}  # needle index -> its offset in the prompt
     for i in sorted(range(k), key=lambda i: (points[i], i)):  # the target first at a tie
       parts.append(hay[lo:points[i]])
       lo = points[i]
-      starts[i] = sum(map(len, parts))
+      needle_starts[i] = sum(map(len, parts))
       parts.append(needles[i])
     tokens = np.concatenate(parts + [hay[lo:], tail]).astype(np.int32)
     assert len(tokens) == length, (len(tokens), length)
-    distractors = tuple((keys[i], values[i], starts[i]) for i in starts if i != 0)
+    distractors = tuple((keys[i], values[i], needle_starts[i]) for i in needle_starts if i != 0)
     return RetrievalPrompt(tokens, values[0], keys[0], float(depth),
-                           points[0] / hay_len if hay_len else 0.0, starts[0],
-                           starts[0] + len(needles[0]) - len(nl), distractors)
+                           points[0] / hay_len if hay_len else 0.0, needle_starts[0],
+                           needle_starts[0] + len(needles[0]) - len(nl), distractors)
 
   def cell(self, length: int, depth: float, trial: int, seed: int) -> RetrievalPrompt:
     """The prompt of one grid cell's trial, drawn from `cell_rng(seed, "niah_multikey", length,

@@ -160,9 +160,8 @@ def evaluate_sizes(score_fn: Callable, params, task: tasks.Task, sizes, *,
     score_fn: from `make_score_fn`; params: parameter pure dict.
     task: the task.
     sizes: instance sizes to evaluate (>= 1).
-    examples_per_size: examples drawn per size (`default_rng([seed, EVALUATION, size])`; for a
-      GridTask the diagonal cell (size, size)'s, `default_rng([seed, GRID_EVALUATION, size,
-      size])`, so each row equals that cell of `evaluate_grid` with as many examples).
+    examples_per_size: examples drawn per size (`default_rng([seed, EVALUATION, size])`; a
+      GridTask's rows come from its grid instead, `diagonal_rows`).
     seed: data.task.eval_seed.
     tokenizer: the byte tokenizer.
     batch_tokens: tokens per forward pass.
@@ -186,11 +185,8 @@ def evaluate_sizes(score_fn: Callable, params, task: tasks.Task, sizes, *,
       out.append(row | {"examples": 0, "exact_match": None, "answer_tokens": 0,
                         "token_accuracy": None, "skipped": skip_reason})
       continue
-    if isinstance(task, tasks.GridTask):  # the grid's diagonal cell: the same examples
-      rows = dataset.examples_of_cell(task, size, size, examples_per_size, seed, tokenizer)
-    else:
-      rows = dataset.examples_of_size(task, size, examples_per_size, seed, dataset.EVALUATION,
-                                      tokenizer)
+    rows = dataset.examples_of_size(task, size, examples_per_size, seed, dataset.EVALUATION,
+                                    tokenizer)
     correct, total = score_rows(score_fn, params, rows, batch_tokens=batch_tokens, mesh=mesh,
                                 pad_id=tokenizer.pad_id)
     out.append(row | accuracy(correct, total))
@@ -261,6 +257,36 @@ def evaluate_grid(score_fn: Callable, params, task: tasks.GridTask, max_size: in
           "in_distribution_exact_match": mean(lambda a, b: lo <= a <= hi and lo <= b <= hi),
           "beyond_exact_match": mean(lambda a, b: max(a, b) > hi),
           "one_operand_beyond_exact_match": mean(lambda a, b: (a > hi) != (b > hi))}
+
+
+def diagonal_rows(grid: dict, task: tasks.GridTask, *, skip_reason: str = "") -> list[dict]:
+  """The per-size rows of a grid task, read off the diagonal cells (n, n) of `evaluate_grid`'s
+  result (the same examples, so the curve and the heatmap agree; nothing is scored again).
+
+  Args:
+    grid: `evaluate_grid`'s result.
+    task: the grid task (answer lengths, for the answer-token counts).
+    skip_reason: the text recorded for skipped (None) cells.
+
+  Returns:
+    One dict per size, as `evaluate_sizes` returns: size, sequence_length (tokens),
+    in_distribution, examples, exact_match, answer_tokens (examples x (answer bytes + EOS)),
+    token_accuracy; skipped sizes have examples 0, accuracies None and `skipped`.
+  """
+  lo, hi, count = grid["train_min_size"], grid["train_max_size"], grid["examples_per_cell"]
+  out = []
+  for n in grid["sizes"]:
+    row = {"size": n, "sequence_length": grid["sequence_length"][n - 1][n - 1],
+           "in_distribution": lo <= n <= hi}
+    exact = grid["exact_match"][n - 1][n - 1]
+    if exact is None:
+      out.append(row | {"examples": 0, "exact_match": None, "answer_tokens": 0,
+                        "token_accuracy": None, "skipped": skip_reason})
+    else:
+      out.append(row | {"examples": count, "exact_match": exact,
+                        "answer_tokens": count * (task.answer_length(n) + 1),
+                        "token_accuracy": grid["token_accuracy"][n - 1][n - 1]})
+  return out
 
 
 def plot_grid(result: dict, path: str) -> None:
@@ -366,5 +392,6 @@ def plot(result: dict, path: str) -> None:
   plots.save_png(fig, path)
 
 
-__all__ = ["BUCKET", "SUITE", "accuracy", "answer_scores", "evaluate_grid", "evaluate_sizes",
+__all__ = ["BUCKET", "SUITE", "accuracy", "answer_scores", "diagonal_rows", "evaluate_grid",
+           "evaluate_sizes",
            "make_score_fn", "plot", "plot_grid", "score_rows", "summarize"]

@@ -45,12 +45,18 @@ class Algorithmic(Suite):
     kind = config.model.position.kind
     reason = perplexity.unrepresentable_reason(config, spec)
     score_fn = algorithmic.make_score_fn(spec.graphdef, ctx.mesh)
-    rows = algorithmic.evaluate_sizes(
-        score_fn, ctx.params, task,
-        range(1, t.eval_max_size + 1), examples_per_size=t.eval_examples_per_size,
-        seed=t.eval_seed, tokenizer=ctx.tokenizer, batch_tokens=config.eval.batch_tokens,
-        mesh=ctx.mesh, max_position=spec.max_position, skip_reason=reason,
-        train_sizes=(t.train_min_size, t.train_max_size))
+    common = dict(seed=t.eval_seed, tokenizer=ctx.tokenizer, batch_tokens=config.eval.batch_tokens,
+                  mesh=ctx.mesh, max_position=spec.max_position,
+                  train_sizes=(t.train_min_size, t.train_max_size))
+    grid = None
+    if isinstance(task, tasks.GridTask):  # the per-size rows are the grid's diagonal
+      grid = algorithmic.evaluate_grid(score_fn, ctx.params, task, t.eval_max_size,
+                                       examples_per_cell=t.eval_examples_per_size, **common)
+      rows = algorithmic.diagonal_rows(grid, task, skip_reason=reason)
+    else:
+      rows = algorithmic.evaluate_sizes(score_fn, ctx.params, task, range(1, t.eval_max_size + 1),
+                                        examples_per_size=t.eval_examples_per_size,
+                                        skip_reason=reason, **common)
     example = task.example(3, np.random.default_rng(0))
     result = {
         "suite": SUITE, "task": t.name, "scheme": kind, "step": int(ctx.step),
@@ -65,12 +71,8 @@ class Algorithmic(Suite):
         "eval_max_size": int(t.eval_max_size), "examples_per_size": int(t.eval_examples_per_size),
         "eval_seed": int(t.eval_seed), "summary": algorithmic.summarize(rows, t.train_max_size),
         "rows": rows}
-    if isinstance(task, tasks.GridTask):
-      result["grid"] = algorithmic.evaluate_grid(
-          score_fn, ctx.params, task, t.eval_max_size, examples_per_cell=t.eval_examples_per_size,
-          seed=t.eval_seed, tokenizer=ctx.tokenizer, batch_tokens=config.eval.batch_tokens,
-          mesh=ctx.mesh, max_position=spec.max_position,
-          train_sizes=(t.train_min_size, t.train_max_size))
+    if grid is not None:
+      result["grid"] = grid
     write_result(ctx.workdir, f"{SUITE}{ctx.suffix}", result, algorithmic.plot)
     if "grid" in result and jax.process_index() == 0:
       algorithmic.plot_grid(result, os.path.join(ctx.workdir, "eval",
