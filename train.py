@@ -165,7 +165,7 @@ def compile_step_fn(config, spec: ModelSpec, tx, shardings, abstract, mesh, pad_
   """`make_step_fn` compiled ahead for the `abstract` state (`state_shardings`) and a global
   batch (data.inputs.train_batch_spec): the executable the loop runs, whose memory analysis the
   pre-flight reads (one compilation for both)."""
-  batch = sharding.abstract_batch(data_inputs.train_batch_spec(config), mesh)
+  batch = sharding.abstract_batch(data_inputs.train_batch_spec(config, spec.layout), mesh)
   return make_step_fn(config, spec, tx, shardings, mesh, pad_id).lower(abstract, batch).compile()
 
 
@@ -293,7 +293,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
   # --- data (each process reads its own share of the windows)
   inputs = data_inputs.make_inputs(config, docs, tokenizer, process_index=jax.process_index(),
-                                   process_count=jax.process_count())
+                                   process_count=jax.process_count(), layout=spec.layout)
   chief_print(f"model: {spec.num_params:,} parameters, scheme {config.model.position.kind!r}, "
               f"mesh {dict(mesh.shape)}, data: {inputs.description}")
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from configs.errors import ConfigError
-from data import corpora, passkey, pipeline, position_samplers
+from data import corpora, passkey, pipeline, position_layouts, position_samplers
 from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
 
@@ -48,13 +48,17 @@ def token_unit(config) -> str:
   return "byte" if config.data.tokenizer == "byte" else "token"
 
 
-def train_batch_spec(config) -> dict[str, tuple[tuple[int, int], Any]]:
+def train_batch_spec(config, layout: position_layouts.PositionLayout | None = None
+                     ) -> dict[str, tuple[tuple[int, int], Any]]:
   """{name: (shape, numpy dtype)} of a global training batch, all processes' shares of
   `Inputs.train` together: int32 [data.batch_size, data.train_len] inputs, targets, positions,
-  segment_ids, and float32 weights for an algorithmic task (what train.py compiles its step for
-  before any data is read)."""
+  segment_ids (+ aux_positions with a position `layout`, data/position_layouts.py), and float32
+  weights for an algorithmic task (what train.py compiles its step for before any data is
+  read)."""
   shape = (config.data.batch_size, config.data.train_len)
   spec = {k: (shape, np.dtype(np.int32)) for k in ("inputs", "targets", "positions", "segment_ids")}
+  if layout is not None:
+    spec["aux_positions"] = (shape, np.dtype(np.int32))
   if config.data.task.name:
     spec["weights"] = (shape, np.dtype(np.float32))
   return spec
@@ -90,8 +94,8 @@ class Inputs:
                "once the key is copied from the needle)" if passkey is not None else ""))
 
 
-def make_inputs(config, docs, tokenizer, *, process_index: int = 0,
-                process_count: int = 1) -> Inputs:
+def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_count: int = 1,
+                layout: position_layouts.PositionLayout | None = None) -> Inputs:
   """The training iterator and validation sets of `config` (see `Inputs`).
 
   Args:
@@ -99,6 +103,10 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0,
     docs: `load_splits(config)`.
     tokenizer: the run's tokenizer.
     process_index, process_count: this process among the job's (each reads its own share).
+    layout: the scheme's position layout (`ModelSpec.layout`), or None: every training example
+      then gets its `aux_positions` (and, for BiPE, intra-segment `positions`), digit offsets
+      drawn per example from the layout's seed (data/position_layouts.py). Validation windows
+      go without: the model applies the layout itself, with no offset.
 
   Raises:
     ConfigError: data.batch_size not divisible by the processes, or no validation document
@@ -113,7 +121,8 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0,
   validation: dict[str, Any] = {}
   if d.task.name:  # task rows (answer-only weights); validation: held-out examples of train sizes
     train = task_dataset.train_dataset(d.task, tokenizer, train_len=d.train_len, batch_size=batch,
-                                       process_index=process_index, sampler=sampler)
+                                       process_index=process_index, sampler=sampler,
+                                       layout=layout)
     validation["val_loss"] = task_dataset.validation_rows(d.task, tokenizer, d.train_len)
     unit = "answer token"
     description = f"task {d.task.name!r}, sizes {d.task.train_min_size}..{d.task.train_max_size}"
@@ -123,7 +132,7 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0,
     train = pipeline.train_dataset(  # + passkey documents if data.passkey.fraction > 0
         train_docs, tokenizer, train_len=d.train_len, batch_size=batch, seed=d.shuffle_seed,
         process_index=process_index, process_count=process_count, sampler=sampler,
-        prefetch=d.get("prefetch_batches", 4))
+        prefetch=d.get("prefetch_batches", 4), layout=layout)
     validation["val_loss"] = pipeline.document_windows(
         docs["validation"], tokenizer, d.train_len,
         -(-config.train.eval_tokens // max(1, len(docs["validation"]))))

@@ -30,6 +30,7 @@ import numpy as np
 
 from configs.errors import ConfigError
 from data.corpora import Document, PreparedSplit, TokenizedDocument
+from data.position_layouts import PositionLayout
 from data.position_samplers import PositionSampler
 from data.tokenizers import ByteTokenizer
 
@@ -195,7 +196,8 @@ def packed_windows(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToke
 def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteTokenizer, *, train_len: int,
                   batch_size: int, seed: int, process_index: int = 0,
                   process_count: int = 1,
-                  sampler: PositionSampler | None = None, prefetch: int | None = 4) -> grain.IterDataset:
+                  sampler: PositionSampler | None = None, prefetch: int | None = 4,
+                  layout: PositionLayout | None = None) -> grain.IterDataset:
   """Infinite, shuffled, batched training data for this process.
 
   `docs` are text documents, tokenized documents, or the training split of a prepared corpus
@@ -206,7 +208,9 @@ def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToken
   With `sampler` (data/position_samplers.py: randomized positions, arXiv 2305.16843, or PoSE,
   arXiv 2309.10400), each example's `positions` are redrawn from the sampler's seed, this
   process's index and the example's index in the repeated stream, so resumption reproduces them
-  and every epoch draws afresh; evaluation data never goes through it. `prefetch` batches are
+  and every epoch draws afresh; evaluation data never goes through it. With `layout`
+  (data/position_layouts.py: Abacus digits, BiPE segments), each example then gets its
+  `aux_positions` (offsets drawn the same way). `prefetch` batches are
   read ahead by one background thread (grain ReadOptions; 0 = read in the caller's thread):
   the batches are numpy slices of memory, so one thread keeps next() under a millisecond, and
   grain's default (None here: 16 threads, 500 batches ahead) measured up to 4% slower per step
@@ -228,6 +232,8 @@ def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToken
   ds = ds.shuffle(seed=seed).repeat(None)
   if sampler is not None:
     ds = ds.map_with_index(functools.partial(sampler.apply, stream=process_index))
+  if layout is not None:
+    ds = ds.map_with_index(functools.partial(layout.apply, stream=process_index))
   ds = ds.batch(batch_size, drop_remainder=True)
   if prefetch is None:
     return ds.to_iter_dataset()

@@ -249,6 +249,12 @@ def check_config(cfg, train_len: int, model_position=None) -> None:
                       f"got {cfg.num_chunks!r}")
   if not (_is_int(cfg.seed) and cfg.seed >= 0):
     raise ConfigError(f"data.position_sampler.seed must be an integer >= 0; got {cfg.seed!r}")
+  if cfg.kind != "none" and model_position is not None and model_position.get("kind") in (
+      "abacus", "bipe_rope", "bipe_alibi"):  # data/position_layouts.py decides their positions
+    raise ConfigError(f"data.position_sampler.kind={cfg.kind!r} cannot be combined with "
+                      f"model.position.kind={model_position.get('kind')!r}, whose positions come "
+                      "from its position layout (data/position_layouts.py); set "
+                      "data.position_sampler.kind='none'")
   if cfg.kind == "none" or model_position is None or model_position.get("kind") != "learned":
     return
   max_len = model_position.get("max_len", -1)

@@ -96,16 +96,27 @@ def model_token_nll(params, graphdef: nnx.GraphDef, batch: dict, *, train: bool 
 
   Args:
     params: the Decoder's parameters (pure dict); graphdef: its NNX graph definition.
-    batch: int32 [batch, seq] `inputs`, `targets`, `positions`, `segment_ids` (other keys are
-      ignored).
+    batch: int32 [batch, seq] `inputs`, `targets`, `positions`, `segment_ids` and, for a scheme
+      with a position layout, optionally `aux_positions` (a training batch's, with its drawn
+      offsets; without it the layout is applied to the whole sequence here, before any split
+      over "context": data/position_layouts.py). Other keys are ignored.
     train: True in the training step (the call is differentiated; `Decoder.__call__`).
   """
   def forward(params, fields):
     model = nnx.merge(graphdef, params)
-    logits = model(fields["inputs"], fields["positions"], fields["segment_ids"], train=train)
+    logits = model(fields["inputs"], fields["positions"], fields["segment_ids"],
+                   aux_positions=fields.get("aux_positions"), train=train)
     return token_nll(logits.astype(jnp.float32), fields["targets"])
 
-  return context_parallel.over_sequence(forward)(params, {k: batch[k] for k in FIELDS})
+  fields = {k: batch[k] for k in FIELDS}
+  layout = nnx.merge(graphdef, params).layout
+  if layout is not None:
+    if "aux_positions" in batch:
+      fields["aux_positions"] = batch["aux_positions"]
+    else:
+      fields["positions"], fields["aux_positions"] = layout.streams(
+          batch["inputs"], batch["positions"], batch["segment_ids"])
+  return context_parallel.over_sequence(forward)(params, fields)
 
 
 def make_nll_fn(graphdef: nnx.GraphDef, mesh) -> Callable:

@@ -13,6 +13,8 @@ import numpy as np
 from flax import nnx
 
 from configs.errors import ConfigError
+from data import position_layouts
+from data.tokenizers import get_tokenizer
 from models import position_transforms, positions
 from models.attention import Attention, KVCache
 from models.position_transforms import PositionTransform
@@ -167,6 +169,9 @@ class Decoder(nnx.Module):
     dims = Dims.from_config(config)
     self.dtype = jnp.dtype(m.dtype)
     self.position = positions.build(m.position, dims, rngs=rngs)
+    # The scheme's second position stream, if it reads one (data/position_layouts.py): static.
+    self.layout = position_layouts.build(self.position.position_layout, m.position,
+                                         get_tokenizer(config.data.tokenizer))
     transform = PositionTransform.from_config(m.position, dims.train_len)
     temperature = position_transforms.temperature_forms(m.position, m.num_layers, dims.train_len)
     if any(temperature) and m.logn_scaling:
@@ -190,15 +195,38 @@ class Decoder(nnx.Module):
           logical_axes=("embed", "vocab"))
 
   def __call__(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array, *,
-               train: bool = False) -> jax.Array:
+               aux_positions: jax.Array | None = None, train: bool = False) -> jax.Array:
     """tokens, positions, segment_ids: int32 [batch, seq] -> float32 logits [batch, seq, vocab].
 
+    aux_positions: int32 [batch, seq], the second position stream of a scheme that reads one
+      (`position_streams`); None: derived from the tokens (the evaluation rule, offset 0).
     train: the call is differentiated (the training step): attention then runs every query
-    chunk in an unrolled loop over its exact key range, the fastest differentiable form; False
-    (evaluation): many chunks run in a loop over key blocks whose memory does not grow with the
-    number of chunks (models/attention.py, `Attention._attend_segment`). Same values either way.
+      chunk in an unrolled loop over its exact key range, the fastest differentiable form; False
+      (evaluation): many chunks run in a loop over key blocks whose memory does not grow with the
+      number of chunks (models/attention.py, `Attention._attend_segment`). Same values either way.
     """
-    return self._forward(tokens, positions, segment_ids, None, train)[0]
+    streams = self.position_streams(tokens, positions, segment_ids, aux_positions)
+    return self._forward(tokens, *streams, segment_ids, None, train)[0]
+
+  def position_streams(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array,
+                       aux_positions: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """(positions for the `embed` hook, positions for attention), int32 [batch, seq] each.
+
+    A scheme with one stream gets `positions` twice (aux_positions is ignored). A scheme with a
+    position layout (data/position_layouts.py: Abacus "digits", BiPE "segments") gets its
+    `embed_stream` and `attention_stream`: from (positions, aux_positions) as given (a training
+    batch, whose pipeline drew the layout's offsets), or, when aux_positions is None, from the
+    layout applied to (tokens, positions, segment_ids) here with no offset (evaluation).
+
+    Args:
+      tokens, positions, segment_ids: int32 [batch, seq]; aux_positions: int32 [batch, seq] or None.
+    """
+    if self.layout is None:
+      return positions, positions
+    if aux_positions is None:
+      positions, aux_positions = self.layout.streams(tokens, positions, segment_ids)
+    chosen = {"positions": positions, "aux": aux_positions}
+    return chosen[self.position.embed_stream], chosen[self.position.attention_stream]
 
   def init_cache(self, batch: int, max_len: int) -> list[KVCache]:
     """An empty KV cache: one `KVCache` per layer, max_len slots (tokens), compute dtype."""
@@ -208,29 +236,44 @@ class Decoder(nnx.Module):
     return [KVCache(zeros, zeros, ids, ids, jnp.zeros((), jnp.int32)) for _ in self.blocks]
 
   def decode(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array,
-             cache: list[KVCache]) -> tuple[jax.Array, list[KVCache]]:
+             cache: list[KVCache], *, aux_positions: jax.Array | None = None
+             ) -> tuple[jax.Array, list[KVCache]]:
     """Runs `tokens` on top of the cache (a prompt's prefill or one decoding step).
 
     Args:
       tokens, positions, segment_ids: int32 [batch, seq], the next seq tokens; positions carry on
         from the cached ones (e.g. prompt_len + t at step t).
       cache: from `init_cache` or a previous `decode`; needs index + seq <= max_len slots.
+      aux_positions: int32 [batch, seq], required by a scheme with a position layout: the
+        layout's streams of these tokens, computed on the whole sequence so far
+        (`self.layout.streams` of it, sliced: a layout's indices depend on earlier tokens). For
+        BiPE `positions` are then the intra-segment indices.
 
     Returns:
       (float32 logits [batch, seq, vocab], the cache with these tokens appended). The logits
       equal those of `__call__` on the whole sequence so far at the same positions.
+
+    Raises:
+      ValueError: the scheme has a position layout and aux_positions is None.
     """
+    if self.layout is not None and aux_positions is None:
+      raise ValueError(f"{type(self.position).__name__} reads a second position stream "
+                       f"({self.layout.name!r}): pass decode(..., aux_positions=) computed on "
+                       "the whole sequence (Decoder.layout.streams)")
+    positions, attention_positions = self.position_streams(tokens, positions, segment_ids,
+                                                           aux_positions)
     index = cache[0].index
     at = (0, index)
-    k_positions = jax.lax.dynamic_update_slice(cache[0].positions, positions, at)
+    k_positions = jax.lax.dynamic_update_slice(cache[0].positions, attention_positions, at)
     k_segment_ids = jax.lax.dynamic_update_slice(cache[0].segment_ids, segment_ids, at)
     cache = [c.replace(positions=k_positions, segment_ids=k_segment_ids) for c in cache]
-    logits, cache = self._forward(tokens, positions, segment_ids, cache)
+    logits, cache = self._forward(tokens, positions, attention_positions, segment_ids, cache)
     seq = tokens.shape[1]
     return logits, [c.replace(index=c.index + seq) for c in cache]
 
   def attention_statistics(self, tokens: jax.Array, positions: jax.Array,
-                           segment_ids: jax.Array, reduce) -> list:
+                           segment_ids: jax.Array, reduce, *,
+                           aux_positions: jax.Array | None = None) -> list:
     """`reduce(probs)` of every layer's attention probabilities on one forward pass.
 
     Args:
@@ -243,7 +286,9 @@ class Decoder(nnx.Module):
       [reduce(probs of layer 0), ..., reduce(probs of layer num_layers - 1)].
     """
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
-    x = self.position.embed(x, positions)
+    embed_positions, positions = self.position_streams(tokens, positions, segment_ids,
+                                                       aux_positions)
+    x = self.position.embed(x, embed_positions)
     out = []
     for block in self.blocks:
       h = block.attn_norm(x).astype(self.dtype)
@@ -251,9 +296,9 @@ class Decoder(nnx.Module):
       x = block(x, positions, segment_ids, self.position)
     return out
 
-  def _forward(self, tokens, positions, segment_ids, cache, train=False):
+  def _forward(self, tokens, embed_positions, positions, segment_ids, cache, train=False):
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
-    x = self.position.embed(x, positions)
+    x = self.position.embed(x, embed_positions)
     new_cache = []
     run_block = remat_block(self.remat, train)
     for i, block in enumerate(self.blocks):

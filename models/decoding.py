@@ -17,7 +17,9 @@ def make_generate_fn(graphdef: nnx.GraphDef, mesh, *, prompt_len: int,
 
   Every row is one document (segment id 1) whose positions run 0 .. prompt_len - 1 over the
   prompt and continue prompt_len, prompt_len + 1, ... over the generated tokens, so a decoded
-  token sees exactly what a full forward pass over prompt + generated tokens would show it.
+  token sees exactly what a full forward pass over prompt + generated tokens would show it. A
+  scheme with a position layout (Abacus, BiPE) gets the layout's streams of that whole sequence
+  (evaluation rule: no offset).
 
   Args:
     graphdef: the Decoder's NNX graph definition.
@@ -41,18 +43,36 @@ def make_generate_fn(graphdef: nnx.GraphDef, mesh, *, prompt_len: int,
   def generate(params, prompts):
     model = nnx.merge(graphdef, params)
     batch = prompts.shape[0]
-    cache = model.init_cache(batch, prompt_len + max_new_tokens - 1)
-    positions = jnp.broadcast_to(jnp.arange(prompt_len, dtype=jnp.int32), prompts.shape)
+    total = prompt_len + max_new_tokens
+    cache = model.init_cache(batch, total - 1)
     ones = jnp.ones((batch, 1), jnp.int32)
-    logits, cache = model.decode(prompts, positions, jnp.ones_like(prompts), cache)
+    # The token buffer (prompt, then each generated token once it is fed back) from which a
+    # scheme's position layout (data/position_layouts.py) reads the streams of the token fed at
+    # each step: its indices depend on earlier tokens only, so the unfilled tail is harmless.
+    buffer = jnp.zeros((batch, total), jnp.int32).at[:, :prompt_len].set(prompts)
+    index = jnp.broadcast_to(jnp.arange(total, dtype=jnp.int32), buffer.shape)
+
+    def streams(buffer, start, size):  # (positions, {aux_positions}) of buffer[:, start:+size]
+      if model.layout is None:
+        return index[:, start:start + size] if isinstance(start, int) else ones * start, {}
+      positions, aux = model.layout.streams(buffer, index, jnp.ones_like(buffer))
+      cut = lambda a: jax.lax.dynamic_slice_in_dim(a, start, size, axis=1)  # noqa: E731
+      return cut(positions), {"aux_positions": cut(aux)}
+
+    positions, aux = streams(buffer, 0, prompt_len)
+    logits, cache = model.decode(prompts, positions, jnp.ones_like(prompts), cache, **aux)
     first = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
 
     def step(carry, t):
-      token, cache = carry
-      logits, cache = model.decode(token[:, None], ones * (prompt_len + t), ones, cache)
-      return (jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32), cache), token
+      token, cache, buffer = carry
+      at = prompt_len + t
+      buffer = jax.lax.dynamic_update_slice_in_dim(buffer, token[:, None], at, axis=1)
+      positions, aux = streams(buffer, at, 1)
+      logits, cache = model.decode(token[:, None], positions, ones, cache, **aux)
+      return (jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32), cache, buffer), token
 
-    (last, _), tokens = jax.lax.scan(step, (first, cache), jnp.arange(max_new_tokens - 1))
+    (last, _, _), tokens = jax.lax.scan(step, (first, cache, buffer),
+                                        jnp.arange(max_new_tokens - 1))
     return jnp.concatenate([tokens.T, last[:, None]], axis=1)
 
   return jax.jit(generate, in_shardings=(None, batch_sharding(mesh)),

@@ -29,6 +29,8 @@ class ModelSpec:
     max_position: positions the scheme can represent (None = unbounded).
     max_position_hint: how to evaluate beyond max_position (the scheme's advice).
     num_params: total parameter count.
+    layout: the scheme's position layout (data/position_layouts.py; None for one stream), its
+      training offsets seeded by `config.seed` (what the training pipeline applies).
   """
 
   graphdef: nnx.GraphDef
@@ -37,6 +39,7 @@ class ModelSpec:
   max_position: int | None
   max_position_hint: str
   num_params: int
+  layout: Any = None
 
 
 def abstract_with_shardings(shapes, shardings):
@@ -63,8 +66,11 @@ def model_spec(config, mesh) -> ModelSpec:
   abstract = abstract_with_shardings(pure, shardings)
   num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(pure))
   scheme = abstract_model.position
+  layout = abstract_model.layout
+  if layout is not None:
+    layout = dataclasses.replace(layout, seed=int(config.seed))
   return ModelSpec(graphdef, abstract, shardings, scheme.max_position, scheme.max_position_hint,
-                   num_params)
+                   num_params, layout)
 
 
 def init_params(config, spec: ModelSpec):

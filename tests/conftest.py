@@ -22,6 +22,7 @@ SESSION_CACHE = os.path.join(tempfile.gettempdir(), "pe_sweeps_test_jax_cache", 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SESSION_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax import monitoring  # noqa: E402  (after XLA_FLAGS above)
 
@@ -58,6 +59,15 @@ def no_compilation():
   finally:
     monitoring.unregister_event_duration_listener(listener)
   assert not compiled, f"{len(compiled)} compilation(s) before the error"
+
+
+def sample_tokens(rng, shape):
+  """Random bytes, 40% of them digits and 10% '.' or newline, so that the position layouts
+  (Abacus digit runs, BiPE segments; data/position_layouts.py) get runs and segments to index."""
+  tokens = rng.integers(0, 256, size=shape)
+  u = rng.random(shape)
+  tokens = np.where(u < 0.4, rng.integers(ord("0"), ord("9") + 1, size=shape), tokens)
+  return np.where(u > 0.9, rng.choice([ord("."), ord("\n")], size=shape), tokens)
 
 
 def position_config(kind: str, **overrides):

@@ -94,9 +94,12 @@ def _assert_equal(reference, other, what: str):
 # variants change only the inverse frequencies RoPE.rotate uses (models/positions/p_rope.py, hope,
 # resonance_rope), KERPLE's power form differs from the log form only in its kernel, and NoPE and
 # sinusoidal reach the model, like learned positions, only through the embedding of the position
-# ids. The others each have their own path through context parallelism, and each is run.
+# ids. BiPE's attention is RoPE's or ALiBi's over other position ids, and its second stream is
+# derived before the split exactly as Abacus's (eval/perplexity.py `model_token_nll`), which is
+# run. The others each have their own path through context parallelism, and each is run.
 SAME_PATH_AS = {"p_rope": "rope", "hope": "rope", "resonance_rope": "rope",
-                "kerple_power": "kerple_log", "none": "learned", "sinusoidal": "learned"}
+                "kerple_power": "kerple_log", "none": "learned", "sinusoidal": "learned",
+                "bipe_rope": "rope", "bipe_alibi": "alibi"}
 DISTINCT_PATHS = sorted(set(positions.REGISTRY) - set(SAME_PATH_AS))
 
 

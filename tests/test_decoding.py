@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from conftest import tiny_config
+from conftest import sample_tokens, tiny_config
 from models import decoding, positions, sharding
 from models.decoder import Decoder
 
@@ -20,8 +20,8 @@ KINDS = sorted(positions.REGISTRY)
 
 
 @nnx.jit
-def decode_step(model, tokens, positions, segment_ids, cache):
-  return model.decode(tokens, positions, segment_ids, cache)
+def decode_step(model, tokens, positions, segment_ids, cache, aux_positions=None):
+  return model.decode(tokens, positions, segment_ids, cache, aux_positions=aux_positions)
 
 
 @nnx.jit
@@ -36,11 +36,17 @@ def cached_logits(model, tokens, prefill):
   b, s = tokens.shape
   pos = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
   seg = jnp.ones((b, s), jnp.int32)
+  aux = None
+  if model.layout is not None:  # the layout's streams of the whole sequence, sliced per call
+    pos, aux = model.layout.streams(tokens, pos, seg)
+  cut = lambda a, lo, hi: None if a is None else a[:, lo:hi]  # noqa: E731
   cache = model.init_cache(b, s)
-  out, cache = decode_step(model, tokens[:, :prefill], pos[:, :prefill], seg[:, :prefill], cache)
+  out, cache = decode_step(model, tokens[:, :prefill], pos[:, :prefill], seg[:, :prefill], cache,
+                           cut(aux, 0, prefill))
   outs = [out]
   for t in range(prefill, s):
-    out, cache = decode_step(model, tokens[:, t:t + 1], pos[:, t:t + 1], seg[:, t:t + 1], cache)
+    out, cache = decode_step(model, tokens[:, t:t + 1], pos[:, t:t + 1], seg[:, t:t + 1], cache,
+                             cut(aux, t, t + 1))
     outs.append(out)
   assert int(cache[0].index) == s
   return np.asarray(jnp.concatenate(outs, axis=1))
@@ -64,7 +70,7 @@ def recomputed_logits(model, tokens, prefill, per_prefix):
 def check_cached_equals_full(config, seq=20, prefill=7, per_prefix=False):
   model = Decoder(config, rngs=nnx.Rngs(0))
   rng = np.random.default_rng(0)
-  tokens = jnp.asarray(rng.integers(0, 256, size=(2, seq)), jnp.int32)
+  tokens = jnp.asarray(sample_tokens(rng, (2, seq)), jnp.int32)
   np.testing.assert_allclose(cached_logits(model, tokens, prefill),
                              recomputed_logits(model, tokens, prefill, per_prefix),
                              rtol=1e-5, atol=1e-5)
@@ -115,16 +121,25 @@ def test_cached_decoding_with_sliding_window_and_alibi_transform():
   check_cached_equals_full(c)
 
 
-def test_generate_matches_argmax_of_full_forward():
-  """Greedy generation: token t is the argmax of a full forward over prompt + tokens < t."""
-  c = tiny_config("unused", "rope")
+def test_decoding_without_the_second_stream_is_refused():
+  model = Decoder(tiny_config("unused", "abacus"), rngs=nnx.Rngs(0))
+  tokens = jnp.ones((1, 4), jnp.int32)
+  with pytest.raises(ValueError, match="aux_positions"):
+    model.decode(tokens, tokens, tokens, model.init_cache(1, 4))
+
+
+@pytest.mark.parametrize("kind", ["rope", "abacus", "bipe_alibi"])
+def test_generate_matches_argmax_of_full_forward(kind):
+  """Greedy generation: token t is the argmax of a full forward over prompt + tokens < t (for a
+  scheme with a position layout, the layout's streams of the sequence so far)."""
+  c = tiny_config("unused", kind)
   model = Decoder(c, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(model)
   params = nnx.to_pure_dict(state)
   c.mesh.data = -1
   mesh = sharding.make_mesh(c.mesh, jax.devices())
   rng = np.random.default_rng(3)
-  prompts = rng.integers(0, 256, size=(8, 9)).astype(np.int32)
+  prompts = sample_tokens(rng, (8, 9)).astype(np.int32)
   generate = decoding.make_generate_fn(graphdef, mesh, prompt_len=9, max_new_tokens=4)
   got = np.asarray(generate(params, prompts))
   seq = prompts

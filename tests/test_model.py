@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from conftest import tiny_config
+from conftest import sample_tokens, tiny_config
 from models import positions
 from models.attention import attention_mask, dot_product_attention
 from models.decoder import Decoder
@@ -56,11 +56,11 @@ def test_causality(kind):
   """Changing tokens after position t leaves the logits at positions <= t unchanged."""
   model = jitted(make_model(kind)[0])
   rng = np.random.default_rng(1)
-  tokens = jnp.asarray(rng.integers(0, 256, size=(2, 24)), jnp.int32)
+  tokens = jnp.asarray(sample_tokens(rng, (2, 24)), jnp.int32)
   pos = jnp.broadcast_to(jnp.arange(24, dtype=jnp.int32), (2, 24))
   seg = jnp.ones((2, 24), jnp.int32)
   t = 11
-  changed = tokens.at[:, t + 1:].set(jnp.asarray(rng.integers(0, 256, size=(2, 24 - t - 1)), jnp.int32))
+  changed = tokens.at[:, t + 1:].set(jnp.asarray(sample_tokens(rng, (2, 24 - t - 1)), jnp.int32))
   a = np.asarray(model(tokens, pos, seg))
   b = np.asarray(model(changed, pos, seg))
   np.testing.assert_allclose(a[:, :t + 1], b[:, :t + 1], rtol=0, atol=1e-6)
@@ -72,9 +72,9 @@ def test_document_masking(kind):
   """A document's logits do not depend on the previous document in the packed window."""
   model = jitted(make_model(kind)[0])
   rng = np.random.default_rng(2)
-  doc_a = rng.integers(0, 256, size=9)
-  doc_b = rng.integers(0, 256, size=15)
-  doc_a2 = rng.integers(0, 256, size=9)  # a different previous document
+  doc_a = sample_tokens(rng, 9)  # digits and separators: the position layouts' runs cross it
+  doc_b = sample_tokens(rng, 15)
+  doc_a2 = sample_tokens(rng, 9)  # a different previous document
   packed = lambda a: jnp.asarray(np.concatenate([a, doc_b])[None], jnp.int32)
   pos = jnp.asarray(np.concatenate([np.arange(9), np.arange(15)])[None], jnp.int32)
   seg = jnp.asarray(np.concatenate([np.ones(9), 2 * np.ones(15)])[None], jnp.int32)

@@ -224,7 +224,7 @@ def run_cli(args, tmp_path):
     (["--config.train.num_steps=many"], "--config.train.num_steps=many"),  # wrong type
     # No near miss: the fields that exist at that level are listed.
     (["--config.model.foo=1"], "config.model has no field 'foo' (its fields: attention_chunk, "),
-    (["--config.model.position.zz=1"], "(its fields: abf_theta, alibi_heads, alibi_interpolation, "),
+    (["--config.model.position.zz=1"], "(its fields: abacus_max_offset, abacus_num_embeddings, abf_theta, "),
 ])
 def test_cli_bad_config_fails_in_one_line(args, field, tmp_path):
   proc = run_cli([f"--workdir={tmp_path / 'w'}", *args], tmp_path)

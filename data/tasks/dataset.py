@@ -34,6 +34,7 @@ import functools
 import grain
 import numpy as np
 
+from data.position_layouts import PositionLayout
 from data.position_samplers import PositionSampler
 from data.tasks import GridTask, Task, encode, get_task
 from data.tokenizers import ByteTokenizer
@@ -116,8 +117,8 @@ class TaskRows:
 
 
 def train_dataset(task_config, tokenizer: ByteTokenizer, *, train_len: int, batch_size: int,
-                  process_index: int = 0,
-                  sampler: PositionSampler | None = None) -> grain.IterDataset:
+                  process_index: int = 0, sampler: PositionSampler | None = None,
+                  layout: PositionLayout | None = None) -> grain.IterDataset:
   """Endless batches of training rows of `data.task` for this process.
 
   With `sampler` (data/position_samplers.py, e.g. randomized positions, Ruoss et al., arXiv
@@ -131,6 +132,8 @@ def train_dataset(task_config, tokenizer: ByteTokenizer, *, train_len: int, batc
     batch_size: rows per batch on this process.
     process_index: this process's index (its own stream of rows).
     sampler: optional training-time position sampler.
+    layout: optional position layout (data/position_layouts.py; Abacus digit indices with their
+      per-example training offsets): adds `aux_positions` to every row.
 
   Returns:
     A grain `IterDataset` of dicts of `[batch_size, train_len]` arrays (FIELDS; int32, weights
@@ -142,6 +145,8 @@ def train_dataset(task_config, tokenizer: ByteTokenizer, *, train_len: int, batc
   ds = grain.MapDataset.source(source)
   if sampler is not None:
     ds = ds.map_with_index(functools.partial(sampler.apply, stream=process_index))
+  if layout is not None:
+    ds = ds.map_with_index(functools.partial(layout.apply, stream=process_index))
   return ds.batch(batch_size, drop_remainder=True).to_iter_dataset()
 
 

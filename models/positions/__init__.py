@@ -27,8 +27,10 @@ from flax import nnx
 
 from configs.errors import ConfigError
 from models import position_transforms
+from models.positions.abacus import Abacus
 from models.positions.alibi import ALiBi
 from models.positions.base import Dims, PositionalScheme
+from models.positions.bipe import BiPEALiBi, BiPERoPE
 from models.positions.cope import CoPE
 from models.positions.dape import DAPE
 from models.positions.fire import FIRE
@@ -67,6 +69,9 @@ REGISTRY: dict[str, type[PositionalScheme]] = {
     "dape": DAPE,
     "fope": FoPE,
     "pope": PoPE,
+    "abacus": Abacus,
+    "bipe_rope": BiPERoPE,
+    "bipe_alibi": BiPEALiBi,
 }
 
 

@@ -105,6 +105,14 @@ class PositionalScheme(nnx.Module):
   # see (models/attention.py). False (CoPE: its bias counts gates over every key from j to i):
   # each query chunk sees its whole key range at once.
   bias_blockwise: bool = True
+  # A second position stream (data/position_layouts.py): "" (none; most schemes), "digits"
+  # (Abacus: digit index within each number) or "segments" (BiPE: intra-segment index as
+  # `positions`, segment index as the second stream). `embed_stream` / `attention_stream` say
+  # which stream the `embed` hook and the attention hooks (`rotate`, `bias`, `kernel_spec`, the
+  # KV cache) receive: "positions" or "aux" (the layout's second stream).
+  position_layout: str = ""
+  embed_stream: str = "positions"
+  attention_stream: str = "positions"
 
   @classmethod
   def check_config(cls, cfg, dims: Dims) -> None:

@@ -1,0 +1,207 @@
+"""The second position stream (data/position_layouts.py) and the schemes that read it: Abacus
+(McLeish et al., arXiv 2405.17399) and BiPE (He et al., arXiv 2401.16421)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from ml_collections import ConfigDict
+
+from configs.errors import ConfigError
+from conftest import position_config, sample_tokens, tiny_config
+from data import position_layouts
+from data.tokenizers import ByteTokenizer
+from models import positions
+from models.decoder import Decoder
+from models.positions import Dims
+
+TOKENIZER = ByteTokenizer()
+DIGITS = tuple(range(ord("0"), ord("9") + 1))
+SEPARATORS = tuple(sorted(map(ord, ".!?\n")))
+
+
+def brute_digits(tokens, segment_ids):
+  """The paper's definition, one token at a time: the 1-based place of a digit in its number."""
+  out = np.zeros(len(tokens), np.int32)
+  for i, t in enumerate(tokens):
+    if t in DIGITS:
+      same_number = i > 0 and tokens[i - 1] in DIGITS and segment_ids[i - 1] == segment_ids[i]
+      out[i] = out[i - 1] + 1 if same_number else 1
+  return out
+
+
+def brute_segments(tokens, segment_ids):
+  """BiPE's bilevel ids, one token at a time (the released code's get_bilevel_ids, with a
+  restart at each document): a separator ends its segment; the next token starts one."""
+  intra, inter = np.zeros(len(tokens), np.int32), np.zeros(len(tokens), np.int32)
+  for i in range(1, len(tokens)):
+    if segment_ids[i] != segment_ids[i - 1]:
+      continue  # a new document: both 0
+    if tokens[i - 1] in SEPARATORS:
+      inter[i], intra[i] = inter[i - 1] + 1, 0
+    else:
+      inter[i], intra[i] = inter[i - 1], intra[i - 1] + 1
+  return intra, inter
+
+
+def random_rows(seed, rows=6, length=40):
+  rng = np.random.default_rng(seed)
+  tokens = sample_tokens(rng, (rows, length)).astype(np.int32)
+  segment_ids = np.cumsum(rng.random((rows, length)) < 0.08, axis=1).astype(np.int32) + 1
+  return tokens, segment_ids
+
+
+def test_the_token_classes_of_the_byte_tokenizer():
+  cfg = ConfigDict({"abacus_max_offset": 3, "bipe_separators": ".!?\n"})
+  assert position_layouts.build("digits", cfg, TOKENIZER).token_ids == DIGITS
+  assert position_layouts.build("segments", cfg, TOKENIZER).token_ids == SEPARATORS
+  assert position_layouts.build("", cfg, TOKENIZER) is None
+
+
+def test_a_hand_made_example():
+  tokens = TOKENIZER.encode("x 907+15=0. Hi!\n4").astype(np.int32)[None]
+  seg = np.ones_like(tokens)
+  assert position_layouts.digit_positions(tokens, seg, DIGITS)[0].tolist() == [
+      0, 0, 1, 2, 3, 0, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 1]
+  intra, inter = position_layouts.segment_positions(tokens, seg, SEPARATORS)
+  #                       x     9 0 7 + 1 5 = 0 .   H i ! \n 4
+  assert intra[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2, 3, 0, 0]
+  assert inter[0].tolist() == [0] * 11 + [1] * 4 + [2, 3]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_layouts_equal_the_brute_force_definitions_in_numpy_and_jax(seed):
+  tokens, seg = random_rows(seed)
+  digits = position_layouts.digit_positions(tokens, seg, DIGITS)
+  intra, inter = position_layouts.segment_positions(tokens, seg, SEPARATORS)
+  for r in range(len(tokens)):
+    np.testing.assert_array_equal(digits[r], brute_digits(tokens[r], seg[r]))
+    want_intra, want_inter = brute_segments(tokens[r], seg[r])
+    np.testing.assert_array_equal(intra[r], want_intra)
+    np.testing.assert_array_equal(inter[r], want_inter)
+  jt, js = jnp.asarray(tokens), jnp.asarray(seg)
+  np.testing.assert_array_equal(position_layouts.digit_positions(jt, js, DIGITS), digits)
+  for got, want in zip(position_layouts.segment_positions(jt, js, SEPARATORS), (intra, inter)):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_training_offsets_shift_every_digit_of_a_document_alike_and_resume_exactly():
+  layout = position_layouts.PositionLayout("digits", DIGITS, max_offset=7, seed=3)
+  tokens, _ = random_rows(5, rows=1, length=64)
+  seg = np.ones_like(tokens)  # one document
+  example = {"inputs": tokens[0], "positions": np.arange(64, dtype=np.int32),
+             "segment_ids": seg[0]}
+  base = brute_digits(tokens[0], seg[0])
+  offsets = []
+  for index in range(40):
+    out = layout.apply(index, example, stream=1)
+    shift = out["aux_positions"][base > 0] - base[base > 0]
+    assert len(set(shift.tolist())) == 1 and 0 <= shift[0] <= 7  # one k per document
+    assert np.all(out["aux_positions"][base == 0] == 0)
+    np.testing.assert_array_equal(out["positions"], example["positions"])
+    np.testing.assert_array_equal(layout.apply(index, example, stream=1)["aux_positions"],
+                                  out["aux_positions"])  # a pure function of (seed, stream, index)
+    offsets.append(int(shift[0]))
+  assert set(offsets) == set(range(8))  # every k in 0..max_offset is drawn
+
+
+def test_each_document_of_a_packed_window_draws_its_own_offset():
+  layout = position_layouts.PositionLayout("digits", DIGITS, max_offset=50, seed=0)
+  tokens = TOKENIZER.encode("12+3=15" * 6).astype(np.int32)
+  seg = np.repeat(np.arange(1, 7), 7).astype(np.int32)  # six packed examples
+  out = layout.apply(0, {"inputs": tokens, "positions": np.arange(42, dtype=np.int32),
+                         "segment_ids": seg})
+  base = brute_digits(tokens, seg)
+  shifts = [set((out["aux_positions"] - base)[(seg == s) & (base > 0)].tolist())
+            for s in range(1, 7)]
+  assert all(len(k) == 1 for k in shifts) and len(set.union(*shifts)) > 1
+
+
+def test_abacus_embeds_the_digit_index_and_nothing_reaches_attention():
+  model = Decoder(tiny_config("unused", "abacus"), rngs=nnx.Rngs(0))
+  tokens = jnp.asarray(TOKENIZER.encode("a12+345")[None], jnp.int32)
+  pos, seg = jnp.arange(7)[None], jnp.ones((1, 7), jnp.int32)
+  embed_pos, attention_pos = model.position_streams(tokens, pos, seg)
+  assert embed_pos[0].tolist() == [0, 1, 2, 0, 1, 2, 3] and attention_pos[0].tolist() == list(
+      range(7))
+  x = jnp.zeros((1, 7, model.position.table.shape[1]))
+  table = np.asarray(model.position.table[...])
+  np.testing.assert_array_equal(model.position.embed(x, embed_pos)[0],
+                                table[[0, 1, 2, 0, 1, 2, 3]])
+  big = jnp.full((1, 1), 10_000, jnp.int32)  # past the table: the last row
+  np.testing.assert_array_equal(model.position.embed(x[:, :1], big)[0, 0], table[-1])
+
+
+def test_bipe_reads_intra_segment_indices_in_the_embedding_and_segment_indices_in_attention():
+  tokens = jnp.asarray(TOKENIZER.encode("ab. cd!\nx")[None], jnp.int32)
+  pos, seg = jnp.arange(9)[None], jnp.ones((1, 9), jnp.int32)
+  for kind in ("bipe_rope", "bipe_alibi"):
+    model = Decoder(tiny_config("unused", kind), rngs=nnx.Rngs(0))
+    embed_pos, attention_pos = model.position_streams(tokens, pos, seg)
+    assert embed_pos[0].tolist() == [0, 1, 2, 0, 1, 2, 3, 0, 0]
+    assert attention_pos[0].tolist() == [0, 0, 0, 1, 1, 1, 1, 2, 3]
+
+
+def test_bipe_alibi_biases_by_segment_distance():
+  """Eq. of BiPE-ALiBi: the bias of query i on key j is -slope_h (n_i - n_j), 0 inside a
+  segment, whatever the token distance."""
+  dims = Dims(num_heads=2, head_dim=8, d_model=16, num_layers=1, train_len=16)
+  scheme = positions.build(position_config("bipe_alibi"), dims, rngs=nnx.Rngs(0))
+  n = jnp.asarray([[0, 0, 0, 1, 1, 3]])
+  bias = np.asarray(scheme.bias(n, n, 0))
+  slopes = np.asarray(scheme.slopes)
+  want = -slopes[:, None, None] * (np.asarray(n[0])[:, None] - np.asarray(n[0])[None, :])
+  np.testing.assert_allclose(bias[0], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind,field,value,match", [
+    ("abacus", "abacus_max_offset", -1, "abacus_max_offset must be an int >= 0"),
+    ("abacus", "abacus_num_embeddings", 50, "abacus_num_embeddings must be an int >= "
+                                            "abacus_max_offset \\+ 2 = 101"),
+    ("bipe_rope", "bipe_separators", "", "bipe_separators must be a non-empty string"),
+    ("bipe_alibi", "alibi_interpolation", True, "not defined for kind='bipe_alibi'"),
+])
+def test_bad_fields_are_refused_naming_the_field(kind, field, value, match):
+  dims = Dims(num_heads=2, head_dim=8, d_model=16, num_layers=1, train_len=16)
+  with pytest.raises(ConfigError, match=match):
+    positions.build(position_config(kind, **{field: value}), dims, check_only=True)
+
+
+def test_separators_the_tokenizer_lacks_are_refused():
+  cfg = ConfigDict({"abacus_max_offset": 3, "bipe_separators": "\u00a7"})  # no single-id token
+  with pytest.raises(ConfigError, match="bipe_separators='\u00a7' matches no token"):
+    position_layouts.build("segments", cfg, TOKENIZER)
+
+
+def test_a_task_run_feeds_the_digit_indices_with_one_offset_per_example():
+  """The training rows of an addition task carry aux_positions = digit index + k, one k per
+  example, and the same batches again from a fresh iterator."""
+  import importlib
+
+  from data import inputs as data_inputs
+  c = importlib.import_module("configs.task_addition_grid").get_config()
+  c.model.position.kind = "abacus"
+  c.model.position.abacus_max_offset = 20
+  c.data.batch_size = 4
+  layout = position_layouts.build("digits", c.model.position, TOKENIZER, seed=c.seed)
+  batches = [next(data_inputs.make_inputs(c, {}, TOKENIZER, layout=layout).train)
+             for _ in range(2)]
+  batch = batches[0]
+  np.testing.assert_array_equal(batch["aux_positions"], batches[1]["aux_positions"])
+  base = position_layouts.digit_positions(batch["inputs"], batch["segment_ids"], DIGITS)
+  shifts = []
+  for r in range(len(base)):
+    for s in np.unique(batch["segment_ids"][r]):
+      digits = (batch["segment_ids"][r] == s) & (base[r] > 0)
+      shift = set((batch["aux_positions"][r][digits] - base[r][digits]).tolist())
+      assert len(shift) <= 1 and shift <= set(range(21))  # one k per example
+      shifts += list(shift)
+  assert len(set(shifts)) > 1  # examples draw their own offsets
+
+
+def test_a_position_sampler_is_refused_with_a_layout_scheme():
+  from configs.validate import validate
+  c = tiny_config("unused", "bipe_rope")
+  c.data.position_sampler.kind = "randomized"
+  with pytest.raises(ConfigError, match="cannot be combined with model.position.kind='bipe_rope'"):
+    validate(c, 1)
