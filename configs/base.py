@@ -196,6 +196,17 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.niah_multikey.preamble = True  # prompts open with RULER's task description.
   c.eval.niah_multikey.value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
   c.eval.niah_multikey.num_keys = 4  # needles per prompt, the target included, 2..64 (RULER: 4).
+  # Variable tracking grid (data/ruler.py; RULER vt): chains of VAR assignments in held-out text;
+  # the answer is every variable of the queried chain, scored by recall (string_match_all).
+  c.eval.variable_tracking = ml_collections.ConfigDict()
+  c.eval.variable_tracking.depths = (0.0, 0.25, 0.5, 0.75, 1.0)  # share of haystack before the chain.
+  c.eval.variable_tracking.trials = 5  # prompts (random names, values, haystack start) per cell.
+  c.eval.variable_tracking.seed = 0  # seed of the prompts: same prompts for every scheme and checkpoint.
+  c.eval.variable_tracking.threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
+  c.eval.variable_tracking.max_new_tokens = 36  # greedy tokens after the prompt; >= 1 + 7 (hops + 1).
+  c.eval.variable_tracking.preamble = True  # prompts open with RULER's task description.
+  c.eval.variable_tracking.num_chains = 1  # chains per prompt, the queried one included (RULER: 1).
+  c.eval.variable_tracking.num_hops = 4  # aliases per chain; num_hops + 1 variables (RULER: 4).
   # Attention diagnostics (eval/attention_stats.py): entropy and sink mass per layer and head at
   # every eval length, on the first window (from the BOS) of this many documents of eval.split.
   c.eval.attention = ml_collections.ConfigDict()

@@ -79,7 +79,7 @@ KEY_NOUNS = ("apple", "badger", "cactus", "canyon", "dolphin", "engine", "falcon
 MAX_DIGITS = 18  # keys are drawn as int64 numbers
 MAX_NEEDLE_KEYS = 64  # needles per niah_multikey prompt (data/ruler.py; RULER uses 4)
 # separate seed streams for the prompt families (data/ruler.py adds the multi-key needle's)
-_SUITE_IDS = {"passkey": 0, "needle": 1, "niah_multikey": 2}
+_SUITE_IDS = {"passkey": 0, "needle": 1, "niah_multikey": 2, "variable_tracking": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +97,9 @@ class RetrievalPrompt:
     needle_end: index in `tokens` one past the needle's last token.
     distractors: the other needles of a multi-key prompt (data/ruler.py), as (key, value,
       needle_start) triples in prompt order; () for passkey and single-needle prompts.
+    answers: every reference a recall-all prompt asks for (variable tracking's variable names,
+      data/ruler.py), scored by RULER's string_match_all (eval/needle.py `recall_all`); () for
+      the digit-answer prompts, scored by exact match of `answer`.
   """
 
   tokens: np.ndarray
@@ -107,6 +110,7 @@ class RetrievalPrompt:
   needle_start: int
   needle_end: int
   distractors: tuple[tuple[str, str, int], ...] = ()
+  answers: tuple[str, ...] = ()
 
   @property
   def length(self) -> int:
@@ -120,8 +124,8 @@ def cell_rng(seed: int, suite: str, length: int, depth: float, trial: int) -> np
   Depth enters as round(depth * 1e6), so depths equal to 6 decimals give the same prompt.
 
   Raises:
-    ValueError: unknown suite (not "passkey", "needle" or "niah_multikey"), or a negative
-      seed/length/trial.
+    ValueError: unknown suite (not one of _SUITE_IDS: passkey, needle, niah_multikey,
+      variable_tracking), or a negative seed/length/trial.
   """
   if suite not in _SUITE_IDS:
     raise ValueError(f"suite must be one of {sorted(_SUITE_IDS)}; got {suite!r}")
@@ -583,7 +587,8 @@ def _integer(value) -> bool:
 
 
 def check_retrieval(config) -> None:
-  """Checks the retrieval fields: data.passkey, eval.passkey, eval.needle, eval.niah_multikey.
+  """Checks the retrieval fields: data.passkey and eval.passkey, needle, niah_multikey and
+  variable_tracking.
 
   Sections absent from an older config are skipped (runs.workdir.load_run_config fills them
   from configs/base.py anyway).
@@ -591,7 +596,8 @@ def check_retrieval(config) -> None:
   Raises:
     ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
       outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
-      key_digits / value_digits outside 1..18; num_keys outside 2..64; depths not a non-empty
+      key_digits / value_digits outside 1..18; num_keys outside 2..64; num_chains / num_hops
+      outside 1..64; depths not a non-empty
       list of numbers in [0, 1]; trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
       space and the character after the number); or, with data.passkey.fraction > 0, a passkey
       training document that cannot fit in data.train_len tokens, or an algorithmic task.
@@ -616,12 +622,15 @@ def check_retrieval(config) -> None:
             f"document with data.passkey.preamble={p.preamble} and key_digits={p.key_digits}; "
             f"got data.train_len={config.data.train_len} (set data.passkey.preamble=False, "
             "or fraction=0)")
-  for suite in ("passkey", "needle", "niah_multikey"):
+  for suite in ("passkey", "needle", "niah_multikey", "variable_tracking"):
     e = config.eval.get(suite)
     if e is None:
       continue
     prefix = f"eval.{suite}"
-    if suite != "passkey":
+    if suite == "variable_tracking":
+      _check_variable_tracking(e, prefix)
+      digits, digits_name = None, ""
+    elif suite != "passkey":
       _retrieval_common(e, prefix, digits_field="value_digits", max_digits=MAX_DIGITS)
       digits, digits_name = e.value_digits, f"{prefix}.value_digits"
     else:
@@ -643,10 +652,30 @@ def check_retrieval(config) -> None:
     if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float)) or not 0 < e.threshold <= 1:
       raise ConfigError(f"{prefix}.threshold must lie in (0, 1] (accuracy a length needs); "
                         f"got {e.threshold!r}")
-    if not _integer(e.max_new_tokens) or e.max_new_tokens < digits + 2:
+    if digits is None:  # variable tracking: a leading space, then every name and ", " after it
+      need = (e.num_hops + 1) * (VT_NAME_LETTERS + 2) + 1
+      if not _integer(e.max_new_tokens) or e.max_new_tokens < need:
+        raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {need} (1 + (num_hops "
+                          f"+ 1) x {VT_NAME_LETTERS + 2}: a leading space, then every variable "
+                          f"name and ', '); got {e.max_new_tokens!r}")
+    elif not _integer(e.max_new_tokens) or e.max_new_tokens < digits + 2:
       raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {digits + 2} "
                         f"({digits_name} + 2: a leading space, the digits and the character "
                         f"after them); got {e.max_new_tokens!r}")
+
+
+VT_NAME_LETTERS = 5  # letters per variable name of variable tracking (data/ruler.py)
+
+
+def _check_variable_tracking(section, prefix: str) -> None:
+  """Checks the seed, preamble, num_chains and num_hops of eval.variable_tracking."""
+  if not _integer(section.seed) or section.seed < 0:
+    raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {section.seed!r}")
+  if not isinstance(section.preamble, bool):
+    raise ConfigError(f"{prefix}.preamble must be True or False; got {section.preamble!r}")
+  for name in ("num_chains", "num_hops"):
+    if not _integer(section[name]) or not 1 <= section[name] <= 64:
+      raise ConfigError(f"{prefix}.{name} must be an integer in [1, 64]; got {section[name]!r}")
 
 
 def _retrieval_common(section, prefix: str, *, digits_field: str, max_digits: int) -> None:

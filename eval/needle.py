@@ -1,7 +1,7 @@
 """Passkey and needle retrieval: accuracy on a grid of context lengths x needle depths.
 
-Protocol (all three suites, passkey, needle and niah_multikey; prompts from data/passkey.py and,
-for RULER's multi-key needle, data/ruler.py):
+Protocol (every suite: passkey, needle, niah_multikey, variable_tracking; prompts from
+data/passkey.py and, for RULER's multi-key needle and variable tracking, data/ruler.py):
 
   grid      lengths: the run's evaluation lengths, round(m * data.train_len) tokens for m in
             eval.length_multipliers (BOS included; the prompt is exactly that long); depths:
@@ -17,7 +17,9 @@ for RULER's multi-key needle, data/ruler.py):
             (BOS/EOS/PAD); its first maximal run of ASCII digits [0-9]+ must equal the answer.
             " 71432." and " is 71432" are correct for key 71432; " 7143", " 714321", " 71 432"
             and "" are wrong. (Mohtashami & Jaggi's test_model compares the first `\\d+` of the
-            response with the key, likewise.)
+            response with the key, likewise.) variable_tracking asks for several references (a
+            chain's variable names) and scores RULER's string_match_all (`recall_all`): the
+            share of them the continuation contains; a cell's accuracy is the mean share.
   summary   accuracy per cell, per length (all depths and trials pooled), and
             max_length_passing: the largest evaluated length L such that every evaluated length
             <= L has accuracy >= eval.<suite>.threshold (None if the shortest fails). This is
@@ -54,11 +56,16 @@ from data.passkey import check_retrieval
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
 
-SUITES = ("passkey", "needle", "niah_multikey")
-HAYSTACK_SUITES = ("needle", "niah_multikey")  # held-out text of eval.split as the haystack
+SUITES = ("passkey", "needle", "niah_multikey", "variable_tracking")
+HAYSTACK_SUITES = ("needle", "niah_multikey", "variable_tracking")  # eval.split's text as haystack
+RECALL_ALL_SUITES = ("variable_tracking",)  # scored by `recall_all`, the others by `is_correct`
 SCORING = ("exact match: the greedy continuation, cut at its first special token (BOS/EOS/PAD), "
            "is decoded as UTF-8; its first maximal run of ASCII digits [0-9]+ must equal the "
            "answer")
+SCORING_ALL = ("recall of all references (RULER's string_match_all): the greedy continuation, cut "
+               "at its first special token, scores the share of the references it contains "
+               "(case-insensitive substrings); a cell's accuracy is the mean score, 'correct' "
+               "counts the prompts with every reference")
 MAX_LENGTH_RULE = ("the largest evaluated length L such that every evaluated (not skipped) "
                    "length <= L has accuracy >= threshold; null when the shortest fails "
                    "(PI's 'for all k' <= k' rule, arXiv 2306.15595, Section 3.3)")
@@ -68,6 +75,8 @@ SOURCES = {
     "needle": "Hsieh et al., RULER, arXiv 2404.06654 (single key-value needle, niah)",
     "niah_multikey": "Hsieh et al., RULER, arXiv 2404.06654 (niah_multikey: the key-value "
                      "needle among num_keys - 1 distractor needles of other keys; data/ruler.py)",
+    "variable_tracking": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.2 (vt: every "
+                         "variable of a chain of assignments; data/ruler.py)",
 }
 
 
@@ -97,6 +106,21 @@ def first_digit_run(text: str) -> str | None:
   """The first maximal run of ASCII digits in `text` ("7143" in " 7143 2"), or None."""
   match = _DIGITS.search(text)
   return match.group() if match else None
+
+
+def recall_all(continuation: str, references) -> float:
+  """RULER's string_match_all for one prompt: the share of `references` that occur in
+  `continuation` as case-insensitive substrings (RULER's scripts/eval/synthetic/constants.py).
+
+  recall_all("they are: ABCDE, FGHIJ", ["ABCDE", "FGHIJ", "KLMNO"]) -> 2/3.
+
+  Raises:
+    ValueError: no references.
+  """
+  if not references:
+    raise ValueError("recall_all needs at least one reference")
+  text = continuation.lower()
+  return sum(r.lower() in text for r in references) / len(references)
 
 
 def is_correct(continuation: str, answer: str) -> bool:
@@ -143,6 +167,9 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
   if suite == "niah_multikey":
     return ruler.MultiKeyNeedlePrompts(tokenizer, haystack_docs, num_keys=n.num_keys,
                                        preamble=n.preamble, value_digits=n.value_digits)
+  if suite == "variable_tracking":
+    return ruler.VariableTrackingPrompts(tokenizer, haystack_docs, num_chains=n.num_chains,
+                                         num_hops=n.num_hops, preamble=n.preamble)
   return prompts_lib.NeedlePrompts(tokenizer, haystack_docs, preamble=n.preamble,
                                    value_digits=n.value_digits)
 
@@ -171,8 +198,9 @@ def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):
                       f"tokens the {suite} prompt needs; raise eval.length_multipliers"
                       + (" or set data.passkey.preamble=False" if suite == "passkey" else
                          f" or set eval.{suite}.preamble=False")
-                      + (" or lower eval.niah_multikey.num_keys" if suite == "niah_multikey"
-                         else ""))
+                      + {"niah_multikey": " or lower eval.niah_multikey.num_keys",
+                         "variable_tracking": " or lower eval.variable_tracking.num_chains / "
+                                              "num_hops"}.get(suite, ""))
   return builder
 
 
@@ -308,14 +336,15 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
       batch = max(1, config.eval.batch_tokens // (length + s.max_new_tokens))
       generated = generate_batched(generate_for_length(length), np.stack([p.tokens for p in flat]),
                                    batch_size=batch, parallelism=parallelism, bar=bar)
-      row_correct, accs = 0, []
+      row_correct, row_score, accs = 0, 0.0, []
       for i, depth in enumerate(depths):
         outputs = []
         for t, p in enumerate(prompts[length][i]):
           text = continuation_text(tokenizer, generated[i * s.trials + t])
+          score = recall_all(text, p.answers) if p.answers else float(is_correct(text, p.answer))
           outputs.append({"answer": p.answer, "key": p.key, "output": text,
-                          "correct": is_correct(text, p.answer), "actual_depth": p.actual_depth,
-                          "needle_start": p.needle_start,
+                          "correct": score == 1.0, "score": score,
+                          "actual_depth": p.actual_depth, "needle_start": p.needle_start,
                           "distance_to_end": length - p.needle_start})
           if p.distractors:  # which other needle, if any, the model answered with
             answered = first_digit_run(text)
@@ -325,8 +354,9 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
                 (k for k, v, _ in p.distractors if v == answered), None)
         correct = sum(o["correct"] for o in outputs)
         row_correct += correct
-        accs.append(correct / len(outputs))
-        cells.append({"length": length, "depth": depth, "accuracy": correct / len(outputs),
+        row_score += sum(o["score"] for o in outputs)
+        accs.append(float(np.mean([o["score"] for o in outputs])))
+        cells.append({"length": length, "depth": depth, "accuracy": accs[-1],
                       "correct": correct, "trials": len(outputs),
                       "mean_actual_depth": float(np.mean([o["actual_depth"] for o in outputs])),
                       "outputs": outputs})
@@ -335,13 +365,14 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
                                                  for o in outputs)
       matrix.append(accs)
       rows.append({"length": length, "multiplier": multiplier,
-                   "accuracy": row_correct / len(flat), "correct": row_correct,
+                   "accuracy": row_score / len(flat), "correct": row_correct,
                    "prompts": len(flat)})
   return {
       "suite": suite, "train_len": config.data.train_len, "lengths": lengths,
       "multipliers": [L / config.data.train_len for L in lengths], "depths": depths,
       "trials": s.trials, "seed": s.seed, "threshold": s.threshold,
-      "max_new_tokens": s.max_new_tokens, "scoring": SCORING, "source": SOURCES[suite],
+      "max_new_tokens": s.max_new_tokens, "source": SOURCES[suite],
+      "scoring": SCORING_ALL if suite in RECALL_ALL_SUITES else SCORING,
       "accuracy": matrix, "rows": rows, "cells": cells,
       "max_length_passing": max_length_passing(rows, s.threshold),
       "max_length_passing_rule": MAX_LENGTH_RULE,
@@ -358,6 +389,15 @@ def prompt_format(suite: str, config, builder) -> dict:
             "needle": prompts_lib.PASSKEY_NEEDLE, "question": prompts_lib.PASSKEY_QUESTION,
             "layout": "[preamble\\n]filler[:b]\\nneedle\\nfiller[:F-b]\\nquestion"}
   n = config.eval[suite]
+  if suite == "variable_tracking":
+    return {"preamble": n.preamble, "num_chains": n.num_chains, "num_hops": n.num_hops,
+            "min_length": builder.min_length, "preamble_text": ruler.VT_PREAMBLE,
+            "statements": [ruler.VT_VALUE_STATEMENT, ruler.VT_ALIAS_STATEMENT],
+            "question": ruler.VT_QUESTION,
+            "layout": "[preamble\\n]haystack with each chain's statement lines in order (the "
+                      "queried chain's first at depth b, the rest after it; distractor chains at "
+                      "uniform depths)\\nquestion",
+            "haystack_tokens": int(len(builder.haystack.tokens))}
   out = {"preamble": n.preamble, "value_digits": n.value_digits, "min_length": builder.min_length,
          "preamble_text": prompts_lib.NEEDLE_PREAMBLE, "needle": prompts_lib.NEEDLE_TEMPLATE,
          "question": prompts_lib.NEEDLE_QUESTION,
@@ -370,6 +410,6 @@ def prompt_format(suite: str, config, builder) -> dict:
   return out
 
 
-__all__ = ["HAYSTACK_SUITES", "SUITES", "continuation_text", "evaluate_grid", "first_digit_run",
-           "generate_batched", "grid_prompts", "is_correct", "max_length_passing", "prompt_builder", "prompt_format",
-           "skip_reasons"]
+__all__ = ["HAYSTACK_SUITES", "RECALL_ALL_SUITES", "SUITES", "continuation_text", "evaluate_grid",
+           "first_digit_run", "generate_batched", "grid_prompts", "is_correct",
+           "max_length_passing", "prompt_builder", "prompt_format", "recall_all", "skip_reasons"]

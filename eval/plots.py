@@ -15,9 +15,10 @@ from matplotlib.figure import Figure
 from eval.files import atomic_write
 
 
-# Retrieval heatmaps: red (0) -> green (1); skipped cells grey.
-RETRIEVAL_CMAP = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d9d9d9")
-ACCURACY_CMAP = matplotlib.colormaps["cividis"].with_extremes(bad="#d9d9d9")  # colour-blind safe
+# Accuracy heatmaps (retrieval grids, the addition grid): the colour-blind-safe cividis map,
+# dark blue (0) -> yellow (1); skipped cells grey. Cell labels are white below 0.6, black above.
+ACCURACY_CMAP = matplotlib.colormaps["cividis"].with_extremes(bad="#d9d9d9")
+RETRIEVAL_CMAP = ACCURACY_CMAP
 
 
 # Legend text size of every figure here and in sweeps/figures.py (points): readable in a report
@@ -124,7 +125,8 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   """Retrieval accuracy heatmap: context length (x, tokens) x needle depth (y, 0% at the top).
 
   The layout of Kamradt's needle-in-a-haystack plots (depth rows, length columns); colour is the
-  cell's accuracy on a fixed 0..1 scale (red -> green), written in each cell; skipped lengths
+  cell's accuracy on a fixed 0..1 scale (cividis, ACCURACY_CMAP), written in each cell (for
+  variable_tracking the mean recall of the chain's names); skipped lengths
   are grey and marked "skip"; a dashed line follows the last column at or below train_len.
 
   Args:
@@ -145,7 +147,8 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   for i in range(len(depths)):
     for j in range(len(lengths)):
       text = "skip" if np.isnan(acc[i, j]) else f"{acc[i, j]:.2f}"
-      ax.text(j, i, text, ha="center", va="center", fontsize=7)
+      ax.text(j, i, text, ha="center", va="center", fontsize=7,
+              color="black" if np.isnan(acc[i, j]) or acc[i, j] >= 0.6 else "white")
   ax.set_xticks(range(len(lengths)), [str(L) for L in lengths])
   ax.set_yticks(range(len(depths)), [f"{100 * d:g}%" for d in depths])
   inside = [j for j, L in enumerate(lengths) if L <= result["train_len"]]
@@ -159,7 +162,9 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   ax.set_title(f"{result['suite']}: {curve_label(result)}, step {result.get('step', '?')}\n"
                f"largest length with accuracy >= {result.get('threshold', '?')} (and all shorter): "
                f"{passing if passing is not None else 'none'}", fontsize=8)
-  fig.colorbar(image, ax=ax, label="accuracy", fraction=0.04)
+  fig.colorbar(image, ax=ax, label=("mean recall of the chain's names"
+                                    if result["suite"] == "variable_tracking" else "accuracy"),
+               fraction=0.04)
   fig.tight_layout()
   save_png(fig, path)
 

@@ -3,7 +3,8 @@
 Reads every run folder of the study (a folder with a config.json written by train.py): its
 config, its final metrics (metrics.jsonl: the last training loss and validation loss) and every
 result JSON in its eval/ folder (train.py's and eval.run's: ppl_vs_length*, loss_by_position*,
-passkey*, needle*, niah_multikey*, algorithmic*), and writes, atomically (eval/files.py):
+passkey*, needle*, niah_multikey*, variable_tracking*, algorithmic*), and
+writes, atomically (eval/files.py):
 
   <study>/results.parquet, results.csv
       one row per run x suite x length x extension (x protocol for the perplexity suites):
@@ -22,8 +23,9 @@ passkey*, needle*, niah_multikey*, algorithmic*), and writes, atomically (eval/f
                           for), windows, window_stride (tokens), skipped (the reason, if skipped)
         loss_by_position  length, multiplier, nll, tokens, detail = JSON list of the position
                           bins ({start, end, nll, tokens}; end exclusive)
-        passkey / needle / niah_multikey
-                          length, multiplier, accuracy, correct, prompts, skipped,
+        passkey / needle / niah_multikey / variable_tracking
+                          length, multiplier, accuracy (variable_tracking: mean recall of
+                          the chain's names), correct, prompts, skipped,
                           max_length_passing and threshold (of the whole grid), detail = JSON
                           {depth: accuracy} of the length's cells
         algorithmic       size (length = the example's tokens, multiplier = size / the largest

@@ -225,7 +225,7 @@ def _log_ppl_axis(ax) -> None:
 
 
 PROTOCOLS = ("non_overlapping", "sliding")
-RETRIEVAL_SUITES = ("passkey", "needle", "niah_multikey")  # eval/needle.py SUITES
+RETRIEVAL_SUITES = ("passkey", "needle", "niah_multikey", "variable_tracking")  # needle.SUITES
 ALGORITHMIC_METRICS = ("exact_match", "token_accuracy")
 
 

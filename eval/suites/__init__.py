@@ -16,9 +16,11 @@ from eval.suites.needle import Needle
 from eval.suites.niah_multikey import NiahMultikey
 from eval.suites.passkey import Passkey
 from eval.suites.perplexity import Perplexity
+from eval.suites.variable_tracking import VariableTracking
 
 REGISTRY: dict[str, Suite] = {name: suite for suite in (
-    Perplexity(), Passkey(), Needle(), NiahMultikey(), Attention(), Algorithmic(),
+    Perplexity(), Passkey(), Needle(), NiahMultikey(), VariableTracking(), Attention(),
+    Algorithmic(),
 ) for name in suite.names}
 
 

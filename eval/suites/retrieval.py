@@ -1,5 +1,6 @@
-"""Retrieval grids (lengths x needle depths x trials, greedy decoding, exact match; eval/needle.py):
-the shared runner of the passkey, needle and niah_multikey suites,
+"""Retrieval grids (lengths x needle depths x trials, greedy decoding, exact match or recall of
+all references; eval/needle.py): the shared runner of the passkey, needle, niah_multikey and
+variable_tracking suites,
 `<workdir>/eval/<suite><suffix>.{json,png}`."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from runs.workdir import config_hash
 
 class Retrieval(Suite):
   """A retrieval grid suite: `names[0]` is one of eval/needle.py SUITES (passkey, needle,
-  niah_multikey)."""
+  niah_multikey, variable_tracking)."""
 
   data = TEXT
 
@@ -44,6 +45,9 @@ class Retrieval(Suite):
     if suite == "passkey":
       note = (f"data.passkey.preamble={config.data.passkey.preamble}, "
               f"key_digits={config.data.passkey.key_digits}")
+    elif suite == "variable_tracking":
+      note = (f"eval.{suite}.preamble={s.preamble}, num_chains={s.num_chains}, "
+              f"num_hops={s.num_hops}")
     else:
       note = f"eval.{suite}.preamble={s.preamble}, value_digits={s.value_digits}" + (
           f", num_keys={s.num_keys}" if suite == "niah_multikey" else "")

@@ -1,0 +1,146 @@
+"""RULER's variable tracking (data/ruler.py VariableTrackingPrompts, suite variable_tracking):
+exact-length prompts whose chains read in order inside held-out text, reproducible, scored by
+recall of all the chain's names (RULER's string_match_all), and `eval.run` with
+niah_multikey,variable_tracking writing JSON + PNG per suite that sweeps.collect tabulates."""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+import train
+from conftest import tiny_config
+from configs.validate import ConfigError, validate
+from data import ruler
+from data.corpora import read_text_files
+from data.tokenizers import ByteTokenizer
+from eval import needle
+from eval import run as eval_run
+from sweeps import collect
+
+TOK = ByteTokenizer()
+STATEMENT = re.compile(r"VAR ([A-Z]{5}) = (?:VAR ([A-Z]{5})|(\d{5}))\n")
+
+
+def chains_of(prompt: str) -> dict[str, list[str]]:
+  """{value: the names assigned it, in statement order}, by following the statements."""
+  value_of, order = {}, {}
+  for name, previous, value in STATEMENT.findall(prompt):
+    value_of[name] = value if value else value_of[previous]  # a name is defined before its use
+    order.setdefault(value_of[name], []).append(name)
+  return order
+
+
+@pytest.mark.parametrize("num_chains", [1, 3])
+def test_prompts_hide_chains_in_order_in_held_out_text(text_corpus, num_chains):
+  docs = read_text_files(text_corpus)[:3]
+  builder = ruler.VariableTrackingPrompts(TOK, docs, num_chains=num_chains, num_hops=4)
+  special = [TOK.bos_id, TOK.eos_id, TOK.pad_id]
+  for length in (builder.min_length, 900, 2048):
+    for depth in (0.0, 0.5, 1.0):
+      p = builder.cell(length, depth, 1, seed=2)
+      assert p.tokens.shape == (length,) and p.tokens[0] == TOK.bos_id
+      assert not np.isin(p.tokens[1:], special).any()
+      prompt = TOK.decode(p.tokens[1:])
+      assert prompt.startswith(ruler.VT_PREAMBLE + "\n")
+      question = ruler.VT_QUESTION.format(value=p.key, count=5)
+      assert prompt.endswith("\n" + question)
+      chains = chains_of(prompt)
+      assert len(chains) == num_chains and all(len(n) == 5 for n in chains.values())
+      assert chains[p.key] == list(p.answers) and p.answer == " ".join(p.answers)
+      assert TOK.decode(p.tokens[p.needle_start:p.needle_end]) == f"VAR {p.answers[0]} = {p.key}"
+      assert len({n for names in chains.values() for n in names}) == 5 * num_chains
+  a, b = builder.cell(900, 0.5, 0, seed=2), builder.cell(900, 0.5, 0, seed=2)
+  assert a.tokens.tobytes() == b.tokens.tobytes() and a.answers == b.answers
+  assert builder.cell(900, 0.5, 1, seed=2).tokens.tobytes() != a.tokens.tobytes()
+  with pytest.raises(ValueError, match="needs at least"):
+    builder.cell(builder.min_length - 1, 0.5, 0, seed=2)
+
+
+def test_the_queried_chain_starts_at_the_depth(text_corpus):
+  docs = read_text_files(text_corpus)[:3]
+  builder = ruler.VariableTrackingPrompts(TOK, docs, num_chains=1, num_hops=2, preamble=False)
+  early, late = builder.cell(2048, 0.1, 0, seed=0), builder.cell(2048, 0.9, 0, seed=0)
+  assert early.actual_depth < 0.2 < 0.8 < late.actual_depth
+  assert early.needle_start < 0.3 * 2048 < 0.7 * 2048 < late.needle_start
+
+
+def test_recall_of_all_references_on_hand_made_outputs():
+  refs = ["ABCDE", "FGHIJ", "KLMNO"]
+  assert needle.recall_all("ABCDE FGHIJ KLMNO", refs) == 1.0
+  assert needle.recall_all(" they are: abcde, fghij", refs) == pytest.approx(2 / 3)
+  assert needle.recall_all("ABCD EFGHIJ", refs) == pytest.approx(1 / 3)  # FGHIJ inside EFGHIJ
+  assert needle.recall_all("", refs) == 0.0
+  with pytest.raises(ValueError):
+    needle.recall_all("x", [])
+
+
+def test_an_oracle_scores_one_and_half_an_answer_half(text_corpus):
+  c = tiny_config(text_corpus)
+  c.data.train_len = 128
+  c.eval.length_multipliers = (8.0,)
+  c.eval.variable_tracking.depths = (0.0, 1.0)
+  c.eval.variable_tracking.trials = 2
+  docs = read_text_files(text_corpus)[:3]
+  builder = needle.prompt_builder(c, "variable_tracking", TOK, docs)
+
+  def reader(share):
+    def for_length(length):
+      def generate(prompts):
+        out = []
+        for row in prompts:
+          s = TOK.decode(row)
+          value = re.search(r"assigned the value (\d+) in the text above", s).group(1)
+          names = chains_of(s)[value]
+          answer = " " + ", ".join(names[:round(share * len(names))]) + "\n" + "x" * 36
+          out.append(TOK.encode(answer)[:36])
+        return np.stack(out)
+      return generate
+    return for_length
+
+  full = needle.evaluate_grid("variable_tracking", c, builder, TOK, reader(1.0))
+  assert [r["accuracy"] for r in full["rows"]] == [1.0] and full["max_length_passing"] == 1024
+  assert "string_match_all" in full["scoring"]
+  part = needle.evaluate_grid("variable_tracking", c, builder, TOK, reader(0.4))
+  assert part["rows"][0]["accuracy"] == pytest.approx(0.4) and part["rows"][0]["correct"] == 0
+  assert all(o["score"] == pytest.approx(0.4) for cell in part["cells"] for o in cell["outputs"])
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("num_hops", 0, "eval.variable_tracking.num_hops must be an integer in \\[1, 64\\]"),
+    ("num_chains", True, "eval.variable_tracking.num_chains"),
+    ("max_new_tokens", 35, "eval.variable_tracking.max_new_tokens must be an integer >= 36"),
+])
+def test_bad_fields_are_refused_in_one_line(text_corpus, field, value, match):
+  c = tiny_config(text_corpus)
+  c.eval.variable_tracking[field] = value
+  with pytest.raises(ConfigError, match=match):
+    validate(c, 8)
+
+
+def test_eval_run_writes_both_suites_and_collect_tabulates_them(text_corpus, tmp_path):
+  c = tiny_config(text_corpus)
+  c.data.train_len = 128
+  c.train.num_steps = 2
+  c.eval.suites = "ppl_vs_length"
+  c.eval.length_multipliers = (1.0,)
+  workdir = str(tmp_path / "study" / "kind=alibi")
+  train.train_and_evaluate(c, workdir, devices=train.jax.devices()[:1])
+  c.eval.suites = "niah_multikey,variable_tracking"
+  c.eval.length_multipliers = (8.0,)
+  for suite in ("niah_multikey", "variable_tracking"):
+    c.eval[suite].depths = (0.0, 1.0)
+    c.eval[suite].trials = 1
+  c.eval.niah_multikey.num_keys = 2
+  results = eval_run.evaluate(workdir, config=c)
+  assert set(results) == {"niah_multikey", "variable_tracking"}
+  for suite in results:
+    saved = json.load(open(os.path.join(workdir, "eval", f"{suite}.json")))
+    assert saved["suite"] == suite and saved["lengths"] == [1024]
+    assert os.path.getsize(os.path.join(workdir, "eval", f"{suite}.png")) > 0
+  frame = collect.collect(str(tmp_path / "study"))
+  rows = frame[frame["suite"].isin(["niah_multikey", "variable_tracking"])]
+  assert sorted(rows["suite"]) == ["niah_multikey", "variable_tracking"]
+  assert (rows["length"] == 1024).all() and rows["accuracy"].between(0, 1).all()
