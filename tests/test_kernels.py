@@ -130,6 +130,8 @@ MODEL_CASES = [
               "longrope_long_factors": (1.0, 1.0, 1.5, 2.0, 3.0, 4.0, 4.0, 4.0)}),
     ("alibi", {}), ("alibi", {"alibi_interpolation": True}),
     ("kerple_log", {}), ("kerple_power", {}), ("t5", {}),
+    # BiPE: RoPE / ALiBi over the attention stream (segment indices here stand in as `pos`).
+    ("bipe_rope", {}), ("bipe_alibi", {}),
 ]
 
 
@@ -166,7 +168,7 @@ def test_schemes_without_a_kernel_form_say_why():
     scheme = nnx.eval_shape(build)  # parameters are not needed to say why
     reason = scheme.kernel_spec(0, pos, pos)
     assert isinstance(reason, str) and type(scheme).__name__ in reason
-  for kind in ("none", "learned", "sinusoidal"):  # positions act on embeddings only
+  for kind in ("none", "learned", "sinusoidal", "abacus"):  # positions act on embeddings only
     c.model.position.kind = kind
     spec = nnx.eval_shape(build).kernel_spec(0, pos, pos)
     assert spec.inv_freq is None and spec.bias == "none"
