@@ -196,6 +196,19 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.niah_multikey.preamble = True  # prompts open with RULER's task description.
   c.eval.niah_multikey.value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
   c.eval.niah_multikey.num_keys = 4  # needles per prompt, the target included, 2..64 (RULER: 4).
+  # Multi-value and multi-query needle grids (data/ruler.py; RULER niah_multivalue /
+  # niah_multiquery): every value of one key's needles, or of several keys, asked at once;
+  # scored by recall of every value (string_match_all).
+  for suite, field in (("niah_multivalue", "num_values"), ("niah_multiquery", "num_queries")):
+    c.eval[suite] = ml_collections.ConfigDict()
+    c.eval[suite].depths = (0.0, 0.25, 0.5, 0.75, 1.0)  # share of haystack before the first needle.
+    c.eval[suite].trials = 5  # prompts per cell.
+    c.eval[suite].seed = 0  # seed of the prompts: same prompts for every scheme and checkpoint.
+    c.eval[suite].threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
+    c.eval[suite].max_new_tokens = 48  # greedy tokens; >= 5 + count x (value_digits + 2).
+    c.eval[suite].preamble = True  # prompts open with RULER's task description.
+    c.eval[suite].value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
+    c.eval[suite][field] = 4  # needles (values of the one key / keys asked), 2..64 (RULER: 4).
   # Variable tracking grid (data/ruler.py; RULER vt): chains of VAR assignments in held-out text;
   # the answer is every variable of the queried chain, scored by recall (string_match_all).
   c.eval.variable_tracking = ml_collections.ConfigDict()

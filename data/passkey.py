@@ -79,7 +79,8 @@ KEY_NOUNS = ("apple", "badger", "cactus", "canyon", "dolphin", "engine", "falcon
 MAX_DIGITS = 18  # keys are drawn as int64 numbers
 MAX_NEEDLE_KEYS = 64  # needles per niah_multikey prompt (data/ruler.py; RULER uses 4)
 # separate seed streams for the prompt families (data/ruler.py adds the multi-key needle's)
-_SUITE_IDS = {"passkey": 0, "needle": 1, "niah_multikey": 2, "variable_tracking": 3}
+_SUITE_IDS = {"passkey": 0, "needle": 1, "niah_multikey": 2, "variable_tracking": 3,
+              "niah_multivalue": 4, "niah_multiquery": 5}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +126,7 @@ def cell_rng(seed: int, suite: str, length: int, depth: float, trial: int) -> np
 
   Raises:
     ValueError: unknown suite (not one of _SUITE_IDS: passkey, needle, niah_multikey,
-      variable_tracking), or a negative seed/length/trial.
+      variable_tracking, niah_multivalue, niah_multiquery), or a negative seed/length/trial.
   """
   if suite not in _SUITE_IDS:
     raise ValueError(f"suite must be one of {sorted(_SUITE_IDS)}; got {suite!r}")
@@ -587,8 +588,8 @@ def _integer(value) -> bool:
 
 
 def check_retrieval(config) -> None:
-  """Checks the retrieval fields: data.passkey and eval.passkey, needle, niah_multikey and
-  variable_tracking.
+  """Checks the retrieval fields: data.passkey and eval.passkey, needle, niah_multikey,
+  niah_multivalue, niah_multiquery and variable_tracking.
 
   Sections absent from an older config are skipped (runs.workdir.load_run_config fills them
   from configs/base.py anyway).
@@ -596,8 +597,8 @@ def check_retrieval(config) -> None:
   Raises:
     ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
       outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
-      key_digits / value_digits outside 1..18; num_keys outside 2..64; num_chains / num_hops
-      outside 1..64; depths not a non-empty
+      key_digits / value_digits outside 1..18; num_keys / num_values / num_queries outside
+      2..64; num_chains / num_hops outside 1..64; depths not a non-empty
       list of numbers in [0, 1]; trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
       space and the character after the number); or, with data.passkey.fraction > 0, a passkey
       training document that cannot fit in data.train_len tokens, or an algorithmic task.
@@ -622,7 +623,8 @@ def check_retrieval(config) -> None:
             f"document with data.passkey.preamble={p.preamble} and key_digits={p.key_digits}; "
             f"got data.train_len={config.data.train_len} (set data.passkey.preamble=False, "
             "or fraction=0)")
-  for suite in ("passkey", "needle", "niah_multikey", "variable_tracking"):
+  for suite in ("passkey", "needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
+                "variable_tracking"):
     e = config.eval.get(suite)
     if e is None:
       continue
@@ -639,6 +641,17 @@ def check_retrieval(config) -> None:
                                      or not 2 <= e.num_keys <= MAX_NEEDLE_KEYS):
       raise ConfigError(f"{prefix}.num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}] (needles "
                         f"per prompt, the target included); got {e.num_keys!r}")
+    count_field = {"niah_multivalue": "num_values", "niah_multiquery": "num_queries"}.get(suite)
+    if count_field:
+      count = e[count_field]
+      if not _integer(count) or not 2 <= count <= MAX_NEEDLE_KEYS:
+        raise ConfigError(f"{prefix}.{count_field} must be an integer in [2, {MAX_NEEDLE_KEYS}] "
+                          f"(needles per prompt, every one asked for); got {count!r}")
+      need = 5 + count * (e.value_digits + 2)  # " v1, v2, ..., and vN."
+      if not _integer(e.max_new_tokens) or e.max_new_tokens < need:
+        raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {need} (5 + "
+                          f"{count_field} x (value_digits + 2): room for every value); got "
+                          f"{e.max_new_tokens!r}")
     depths = e.depths
     if (not isinstance(depths, (tuple, list)) or not depths
         or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1

@@ -93,34 +93,44 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
                        f"{len(keys)}, {len(values)}, {len(distractor_depths)}")
     if len(set(keys)) != k:
       raise ValueError(f"keys must be distinct; got {list(keys)}")
+    return self._assemble(length, depth, keys, values, start, distractor_depths,
+                          NEEDLE_QUESTION.format(key=keys[0]), "niah_multikey")
+
+  def _assemble(self, length: int, depth: float, keys: Sequence[str], values: Sequence[str],
+                start: int, other_depths: Sequence[float], question: str, name: str,
+                answers: tuple[str, ...] = ()) -> RetrievalPrompt:
+    """The prompt with needle i = (keys[i], values[i]): needle 0 at `depth`, the others at
+    `other_depths`, then `question`; answer = values[0] (or `answers`, scored by recall)."""
+    k = len(keys)
     for v in values:
       self._check_value(v)
-    depths = [float(depth), *map(float, distractor_depths)]
+    depths = [float(depth), *map(float, other_depths)]
     if not all(0.0 <= d <= 1.0 for d in depths):
       raise ValueError(f"depths must lie in [0, 1]; got {depths}")
     nl = self._newline
     needles = [np.concatenate([_ids(self.tokenizer, NEEDLE_TEMPLATE.format(key=kk, value=v)), nl])
                for kk, v in zip(keys, values)]
-    tail = np.concatenate([nl, _ids(self.tokenizer, NEEDLE_QUESTION.format(key=keys[0]))])
+    tail = np.concatenate([nl, _ids(self.tokenizer, question)])
     hay_len = length - len(self._head) - sum(map(len, needles)) - len(tail)
     if hay_len < 0:
-      raise ValueError(f"a niah_multikey prompt ({k} needles, preamble={self.preamble}) needs at "
+      raise ValueError(f"a {name} prompt ({k} needles, preamble={self.preamble}) needs at "
                        f"least {length - hay_len} tokens; got length {length}")
     hay, starts = self.haystack.window(start, hay_len)
     candidates = np.concatenate([[0], starts])
     points = [_snap(candidates, d * hay_len) for d in depths]
     parts, lo, needle_starts = [self._head], 0, {}  # needle index -> its offset in the prompt
-    for i in sorted(range(k), key=lambda i: (points[i], i)):  # the target first at a tie
+    for i in sorted(range(k), key=lambda i: (points[i], i)):  # needle 0 first at a tie
       parts.append(hay[lo:points[i]])
       lo = points[i]
       needle_starts[i] = sum(map(len, parts))
       parts.append(needles[i])
     tokens = np.concatenate(parts + [hay[lo:], tail]).astype(np.int32)
     assert len(tokens) == length, (len(tokens), length)
-    distractors = tuple((keys[i], values[i], needle_starts[i]) for i in needle_starts if i != 0)
-    return RetrievalPrompt(tokens, values[0], keys[0], float(depth),
-                           points[0] / hay_len if hay_len else 0.0, needle_starts[0],
-                           needle_starts[0] + len(needles[0]) - len(nl), distractors)
+    others = tuple((keys[i], values[i], needle_starts[i]) for i in needle_starts if i != 0)
+    return RetrievalPrompt(tokens, " ".join(answers) if answers else values[0], keys[0],
+                           float(depth), points[0] / hay_len if hay_len else 0.0,
+                           needle_starts[0], needle_starts[0] + len(needles[0]) - len(nl),
+                           () if answers else others, answers)
 
   def cell(self, length: int, depth: float, trial: int, seed: int) -> RetrievalPrompt:
     """The prompt of one grid cell's trial, drawn from `cell_rng(seed, "niah_multikey", length,
@@ -141,6 +151,109 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
     start = int(self.haystack.line_starts[rng.integers(len(self.haystack.line_starts))])
     return self.build_multi(length, depth, keys, values, start,
                             rng.random(self.num_keys - 1).tolist())
+
+
+MULTI_QUESTION = ("What are all the special magic numbers for {keys} mentioned in the provided "
+                  "text? The special magic numbers for {keys} mentioned in the provided text are")
+MULTI_MODES = ("niah_multivalue", "niah_multiquery")
+
+
+def key_list(keys: Sequence[str]) -> str:
+  """RULER's query of several keys: "a, b, and c" (one key: "a"; two: "a, and b")."""
+  return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + ", and " + keys[-1]
+
+
+class MultiNeedlePrompts(MultiKeyNeedlePrompts):
+  """RULER's niah_multivalue and niah_multiquery (Hsieh et al., arXiv 2404.06654, Section 3.1):
+  `count` needles whose values all make the answer, scored by recall of every value (RULER's
+  string_match_all, eval/needle.py `recall_all`).
+
+    niah_multivalue  `count` needles of ONE key with distinct values; the question
+                     (MULTI_QUESTION) asks for all numbers of that key.
+    niah_multiquery  `count` needles of distinct keys and values; the question asks for all
+                     numbers of all `count` keys at once.
+
+  Needle 0 sits at the grid's depth, the others at the unit starts nearest to independent
+  uniform depths (as niah_multikey's distractors). The haystack is held-out text of eval.split,
+  as for needle and niah_multikey (RULER also offers noise and essays).
+
+  Args:
+    tokenizer, docs, preamble, value_digits: as `MultiKeyNeedlePrompts`.
+    mode: "niah_multivalue" or "niah_multiquery".
+    count: needles per prompt, in [2, MAX_NEEDLE_KEYS] (RULER: 4).
+
+  Raises:
+    ValueError: an unknown mode or a count outside [2, MAX_NEEDLE_KEYS].
+  """
+
+  def __init__(self, tokenizer: ByteTokenizer, docs: Sequence[Document], *, mode: str,
+               count: int = 4, preamble: bool = True, value_digits: int = 7):
+    if mode not in MULTI_MODES:
+      raise ValueError(f"mode must be one of {MULTI_MODES}; got {mode!r}")
+    super().__init__(tokenizer, docs, num_keys=count, preamble=preamble,
+                     value_digits=value_digits)
+    self.mode = mode
+
+  def _question(self, keys: Sequence[str]) -> str:
+    return MULTI_QUESTION.format(keys=key_list(keys if self.mode == "niah_multiquery"
+                                               else keys[:1]))
+
+  @property
+  def min_length(self) -> int:
+    """Tokens of a prompt with no haystack for the longest keys."""
+    longest = max(KEYS, key=self._needle_len)
+    nl = len(self._newline)
+    needles = self.num_keys * (self._needle_len(longest) + nl)
+    asked = [longest] * (self.num_keys if self.mode == "niah_multiquery" else 1)
+    return len(self._head) + needles + nl + len(_ids(self.tokenizer, self._question(asked)))
+
+  def build_values(self, length: int, depth: float, keys: Sequence[str], values: Sequence[str],
+                   start: int, other_depths: Sequence[float]) -> RetrievalPrompt:
+    """A prompt of exactly `length` tokens asking for every value.
+
+    Args:
+      length: prompt length, tokens, BOS included.
+      depth: needle 0's depth in [0, 1] (snapped; the result's `actual_depth`).
+      keys: `count` keys: one key repeated (multivalue) or distinct keys (multiquery).
+      values: `count` distinct values of `value_digits` digits.
+      start: token offset in the haystack stream where the haystack begins.
+      other_depths: count - 1 depths in [0, 1] of the other needles.
+
+    Returns:
+      A RetrievalPrompt with answers = values (in needle order), key = keys[0].
+
+    Raises:
+      ValueError: wrong counts, keys that do not fit the mode, repeated values, bad depths or a
+        length too short.
+    """
+    k = self.num_keys
+    if len(keys) != k or len(values) != k or len(other_depths) != k - 1:
+      raise ValueError(f"need {k} keys and values and {k - 1} other depths")
+    distinct = len(set(keys))
+    if distinct != (k if self.mode == "niah_multiquery" else 1):
+      need = "distinct keys" if self.mode == "niah_multiquery" else "one key repeated"
+      raise ValueError(f"{self.mode} needs {need}; got {list(keys)}")
+    if len(set(values)) != k:
+      raise ValueError(f"values must be distinct; got {list(values)}")
+    return self._assemble(length, depth, keys, values, start, other_depths,
+                          self._question(keys), self.mode, answers=tuple(values))
+
+  def cell(self, length: int, depth: float, trial: int, seed: int) -> RetrievalPrompt:
+    """The prompt of one grid cell's trial, drawn from `cell_rng(seed, mode, length, depth,
+    trial)`: the keys (one, or `count` distinct), `count` distinct values, the haystack start (a
+    line start), the other needles' depths."""
+    rng = cell_rng(seed, self.mode, length, depth, trial)
+    order = rng.permutation(len(KEYS))
+    keys = ([KEYS[i] for i in order[:self.num_keys]] if self.mode == "niah_multiquery"
+            else [KEYS[order[0]]] * self.num_keys)
+    values: list[str] = []
+    while len(values) < self.num_keys:
+      v = random_digits(rng, self.value_digits)
+      if v not in values:
+        values.append(v)
+    start = int(self.haystack.line_starts[rng.integers(len(self.haystack.line_starts))])
+    return self.build_values(length, depth, keys, values, start,
+                             rng.random(self.num_keys - 1).tolist())
 
 
 # RULER's variable tracking (scripts/data/synthetic/variable_tracking.py of NVIDIA/RULER): the

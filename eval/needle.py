@@ -1,7 +1,8 @@
 """Passkey and needle retrieval: accuracy on a grid of context lengths x needle depths.
 
-Protocol (every suite: passkey, needle, niah_multikey, variable_tracking; prompts from
-data/passkey.py and, for RULER's multi-key needle and variable tracking, data/ruler.py):
+Protocol (every suite: passkey, needle, niah_multikey, niah_multivalue, niah_multiquery,
+variable_tracking; prompts from data/passkey.py and, for RULER's multi-needle suites and
+variable tracking, data/ruler.py):
 
   grid      lengths: the run's evaluation lengths, round(m * data.train_len) tokens for m in
             eval.length_multipliers (BOS included; the prompt is exactly that long); depths:
@@ -17,9 +18,10 @@ data/passkey.py and, for RULER's multi-key needle and variable tracking, data/ru
             (BOS/EOS/PAD); its first maximal run of ASCII digits [0-9]+ must equal the answer.
             " 71432." and " is 71432" are correct for key 71432; " 7143", " 714321", " 71 432"
             and "" are wrong. (Mohtashami & Jaggi's test_model compares the first `\\d+` of the
-            response with the key, likewise.) variable_tracking asks for several references (a
-            chain's variable names) and scores RULER's string_match_all (`recall_all`): the
-            share of them the continuation contains; a cell's accuracy is the mean share.
+            response with the key, likewise.) niah_multivalue, niah_multiquery and
+            variable_tracking ask for several references (all values; a chain's variable
+            names) and score RULER's string_match_all (`recall_all`): the share of them the
+            continuation contains; a cell's accuracy is the mean share.
   summary   accuracy per cell, per length (all depths and trials pooled), and
             max_length_passing: the largest evaluated length L such that every evaluated length
             <= L has accuracy >= eval.<suite>.threshold (None if the shortest fails). This is
@@ -56,9 +58,12 @@ from data.passkey import check_retrieval
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
 
-SUITES = ("passkey", "needle", "niah_multikey", "variable_tracking")
-HAYSTACK_SUITES = ("needle", "niah_multikey", "variable_tracking")  # eval.split's text as haystack
-RECALL_ALL_SUITES = ("variable_tracking",)  # scored by `recall_all`, the others by `is_correct`
+SUITES = ("passkey", "needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
+          "variable_tracking")
+HAYSTACK_SUITES = SUITES[1:]  # held-out text of eval.split as the haystack
+# Scored by `recall_all` (every reference), the others by `is_correct` (one number).
+RECALL_ALL_SUITES = ("niah_multivalue", "niah_multiquery", "variable_tracking")
+MULTI_COUNT_FIELD = {"niah_multivalue": "num_values", "niah_multiquery": "num_queries"}
 SCORING = ("exact match: the greedy continuation, cut at its first special token (BOS/EOS/PAD), "
            "is decoded as UTF-8; its first maximal run of ASCII digits [0-9]+ must equal the "
            "answer")
@@ -75,6 +80,10 @@ SOURCES = {
     "needle": "Hsieh et al., RULER, arXiv 2404.06654 (single key-value needle, niah)",
     "niah_multikey": "Hsieh et al., RULER, arXiv 2404.06654 (niah_multikey: the key-value "
                      "needle among num_keys - 1 distractor needles of other keys; data/ruler.py)",
+    "niah_multivalue": "Hsieh et al., RULER, arXiv 2404.06654 (niah_multivalue: every value of "
+                       "one key's num_values needles; data/ruler.py)",
+    "niah_multiquery": "Hsieh et al., RULER, arXiv 2404.06654 (niah_multiquery: the values of "
+                       "num_queries keys asked at once; data/ruler.py)",
     "variable_tracking": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.2 (vt: every "
                          "variable of a chain of assignments; data/ruler.py)",
 }
@@ -167,6 +176,10 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
   if suite == "niah_multikey":
     return ruler.MultiKeyNeedlePrompts(tokenizer, haystack_docs, num_keys=n.num_keys,
                                        preamble=n.preamble, value_digits=n.value_digits)
+  if suite in MULTI_COUNT_FIELD:
+    return ruler.MultiNeedlePrompts(tokenizer, haystack_docs, mode=suite,
+                                    count=n[MULTI_COUNT_FIELD[suite]], preamble=n.preamble,
+                                    value_digits=n.value_digits)
   if suite == "variable_tracking":
     return ruler.VariableTrackingPrompts(tokenizer, haystack_docs, num_chains=n.num_chains,
                                          num_hops=n.num_hops, preamble=n.preamble)
@@ -199,6 +212,8 @@ def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):
                       + (" or set data.passkey.preamble=False" if suite == "passkey" else
                          f" or set eval.{suite}.preamble=False")
                       + {"niah_multikey": " or lower eval.niah_multikey.num_keys",
+                         "niah_multivalue": " or lower eval.niah_multivalue.num_values",
+                         "niah_multiquery": " or lower eval.niah_multiquery.num_queries",
                          "variable_tracking": " or lower eval.variable_tracking.num_chains / "
                                               "num_hops"}.get(suite, ""))
   return builder
@@ -403,6 +418,11 @@ def prompt_format(suite: str, config, builder) -> dict:
          "question": prompts_lib.NEEDLE_QUESTION,
          "layout": "[preamble\\n]haystack[:b]needle\\nhaystack[b:F]\\nquestion",
          "haystack_tokens": int(len(builder.haystack.tokens))}
+  if suite in MULTI_COUNT_FIELD:
+    field = MULTI_COUNT_FIELD[suite]
+    out.update({field: n[field], "question": ruler.MULTI_QUESTION,
+                "layout": f"[preamble\\n]haystack with {field} needle lines (the first at "
+                          "depth b, the others at uniform depths)\\nquestion for every value"})
   if suite == "niah_multikey":
     out.update(num_keys=n.num_keys,
                layout="[preamble\\n]haystack with num_keys needle lines (the target at depth b, "

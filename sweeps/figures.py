@@ -225,7 +225,8 @@ def _log_ppl_axis(ax) -> None:
 
 
 PROTOCOLS = ("non_overlapping", "sliding")
-RETRIEVAL_SUITES = ("passkey", "needle", "niah_multikey", "variable_tracking")  # needle.SUITES
+RETRIEVAL_SUITES = ("passkey", "needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
+                    "variable_tracking")  # eval/needle.py SUITES
 ALGORITHMIC_METRICS = ("exact_match", "token_accuracy")
 
 

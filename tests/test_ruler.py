@@ -150,3 +150,50 @@ def test_bad_num_keys_is_refused_in_one_line(text_corpus, value, match):
   c.eval.niah_multikey.num_keys = value
   with pytest.raises(ConfigError, match=match):
     validate(c, 8)
+
+
+@pytest.mark.parametrize("mode", ["niah_multivalue", "niah_multiquery"])
+def test_multi_value_and_multi_query_prompts_ask_for_every_value(text_corpus, mode):
+  docs = read_text_files(text_corpus)[:3]
+  builder = ruler.MultiNeedlePrompts(TOK, docs, mode=mode, count=4)
+  special = [TOK.bos_id, TOK.eos_id, TOK.pad_id]
+  for length in (builder.min_length, 1500):
+    for depth in (0.0, 1.0):
+      p = builder.cell(length, depth, 0, seed=1)
+      assert p.tokens.shape == (length,) and not np.isin(p.tokens[1:], special).any()
+      prompt = text(p.tokens[1:])
+      found = NEEDLE.findall(prompt)
+      assert len(found) == 4 and sorted(v for _, v in found) == sorted(p.answers)
+      keys = [k for k, _ in found]
+      asked = keys if mode == "niah_multiquery" else [p.key]
+      assert len(set(keys)) == (4 if mode == "niah_multiquery" else 1)
+      assert prompt.endswith(ruler.MULTI_QUESTION.format(keys=ruler.key_list(
+          [k for k, _ in sorted(found, key=lambda f: p.answers.index(f[1]))]
+          if mode == "niah_multiquery" else asked)))
+      assert text(p.tokens[p.needle_start:p.needle_end]) == passkey.NEEDLE_TEMPLATE.format(
+          key=p.key, value=p.answers[0])
+  assert builder.cell(900, 0.5, 0, seed=1).tokens.tobytes() == builder.cell(
+      900, 0.5, 0, seed=1).tokens.tobytes()
+  assert ruler.key_list(["a", "b", "c"]) == "a, b, and c" and ruler.key_list(["a"]) == "a"
+
+
+@pytest.mark.parametrize("mode", ["niah_multivalue", "niah_multiquery"])
+def test_multi_needle_scoring_is_the_recall_of_every_value(text_corpus, mode):
+  c = grid_config(text_corpus)
+  c.eval.length_multipliers = (8.0,)
+  c.eval[mode].depths = (0.0, 1.0)
+  c.eval[mode].trials = 2
+  builder = needle.prompt_builder(c, mode, TOK, read_text_files(text_corpus)[:3])
+  for share in (1.0, 0.5):
+    def for_length(length, share=share):
+      def generate(prompts):
+        out = []
+        for row in prompts:
+          values = [v for _, v in NEEDLE.findall(text(row))]
+          said = ", ".join(values[:int(share * len(values))]) + "." + "x" * 48
+          out.append(TOK.encode(" " + said)[:48])
+        return np.stack(out)
+      return generate
+    result = needle.evaluate_grid(mode, c, builder, TOK, for_length)
+    assert result["rows"][0]["accuracy"] == pytest.approx(share)
+    assert result["rows"][0]["correct"] == (4 if share == 1.0 else 0)

@@ -14,13 +14,15 @@ from eval.suites.attention import Attention
 from eval.suites.base import TASK, TEXT, Context, Suite, write_result
 from eval.suites.needle import Needle
 from eval.suites.niah_multikey import NiahMultikey
+from eval.suites.niah_multiquery import NiahMultiquery
+from eval.suites.niah_multivalue import NiahMultivalue
 from eval.suites.passkey import Passkey
 from eval.suites.perplexity import Perplexity
 from eval.suites.variable_tracking import VariableTracking
 
 REGISTRY: dict[str, Suite] = {name: suite for suite in (
-    Perplexity(), Passkey(), Needle(), NiahMultikey(), VariableTracking(), Attention(),
-    Algorithmic(),
+    Perplexity(), Passkey(), Needle(), NiahMultikey(), NiahMultivalue(), NiahMultiquery(),
+    VariableTracking(), Attention(), Algorithmic(),
 ) for name in suite.names}
 
 

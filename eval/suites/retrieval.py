@@ -1,6 +1,6 @@
 """Retrieval grids (lengths x needle depths x trials, greedy decoding, exact match or recall of
-all references; eval/needle.py): the shared runner of the passkey, needle, niah_multikey and
-variable_tracking suites,
+all references; eval/needle.py): the shared runner of the passkey, needle, niah_multikey,
+niah_multivalue, niah_multiquery and variable_tracking suites,
 `<workdir>/eval/<suite><suffix>.{json,png}`."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from runs.workdir import config_hash
 
 class Retrieval(Suite):
   """A retrieval grid suite: `names[0]` is one of eval/needle.py SUITES (passkey, needle,
-  niah_multikey, variable_tracking)."""
+  niah_multikey, niah_multivalue, niah_multiquery, variable_tracking)."""
 
   data = TEXT
 
@@ -49,8 +49,9 @@ class Retrieval(Suite):
       note = (f"eval.{suite}.preamble={s.preamble}, num_chains={s.num_chains}, "
               f"num_hops={s.num_hops}")
     else:
+      count = {"niah_multikey": "num_keys", **needle.MULTI_COUNT_FIELD}.get(suite)
       note = f"eval.{suite}.preamble={s.preamble}, value_digits={s.value_digits}" + (
-          f", num_keys={s.num_keys}" if suite == "niah_multikey" else "")
+          f", {count}={s[count]}" if count else "")
     skip = needle.skip_reasons(eval_lengths(config), min_length=builder.min_length,
                                max_new_tokens=s.max_new_tokens, max_position=spec.max_position,
                                kind=config.model.position.kind, hint=spec.max_position_hint,
