@@ -42,7 +42,9 @@ writes, atomically (eval/files.py):
       per scheme (and model size, train_len, the other varying fields except seeds) x extension
       x factor x protocol, over seeds (and any other field left out): ppl at 1x/2x/4x/8x/16x
       train_len, the extrapolation ratio ppl(8x)/ppl(1x) (computed per run, then averaged),
-      passkey_max_length (max_length_passing; 0 when even the shortest length fails), the final
+      passkey_max_length (max_length_passing; 0 when even the shortest length fails), for a task
+      study exact_match_train_sizes and exact_match_beyond (the mean exact match over the
+      trained sizes and over the sizes beyond them: a grid task's diagonal), the final
       validation loss: `<metric>_mean` and `<metric>_std` (sample std, NaN for one run), and
       `runs`, the number of runs averaged. Passkey values belong to an extension and factor, not
       to a protocol: they appear on every protocol's row.
@@ -280,14 +282,27 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
   else:
     passkey = passkey_rows.groupby(["run", "extension", "extension_factor"], dropna=False)[
         "max_length_passing"].first().fillna(0).rename("passkey_max_length").reset_index()
-  if per_run.empty:  # a passkey-only study: one row per extension, no protocol
+  if per_run.empty:  # a passkey-only or task study: one row per extension, no protocol
     per_run = passkey.assign(protocol=None)
   else:
     per_run = per_run.merge(passkey, on=["run", "extension", "extension_factor"], how="left")
+  task_rows = frame[frame["suite"] == "algorithmic"]
+  if not task_rows.empty:  # exact match over the trained sizes and over the sizes beyond them
+    task_rows = task_rows.assign(exact_match=pd.to_numeric(task_rows["exact_match"]),
+                                 inside=task_rows["in_distribution"].astype(bool))
+    task = task_rows.groupby(["run", "extension", "extension_factor"], dropna=False).apply(
+        lambda g: pd.Series({
+            "exact_match_train_sizes": g.loc[g["inside"], "exact_match"].mean(),
+            "exact_match_beyond": g.loc[~g["inside"], "exact_match"].mean()}),
+        include_groups=False).reset_index()
+    if per_run.empty:
+      per_run = task.assign(protocol=None)
+    else:
+      per_run = per_run.merge(task, on=["run", "extension", "extension_factor"], how="left")
   runs = frame.drop_duplicates("run").set_index("run")[config_cols + ["final_val_loss"]]
   per_run = per_run.join(runs, on="run")
-  metrics = [c for c in per_run.columns if c.startswith(("ppl_", "ratio_", "passkey_"))] + [
-      "final_val_loss"]
+  metrics = [c for c in per_run.columns
+             if c.startswith(("ppl_", "ratio_", "passkey_", "exact_match_"))] + ["final_val_loss"]
   for c in metrics:
     per_run[c] = pd.to_numeric(per_run[c], errors="coerce")
   keys = config_cols + ["extension", "extension_factor", "protocol"]

@@ -5,6 +5,7 @@ sweeps.report agree), and its numbers are the ones docs/retrieval.md states."""
 import os
 import warnings
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -105,3 +106,17 @@ def test_addition_grid_rows_of_results_readme_are_the_committed_grids():
     assert cells[5] == f"{m[0][4]:.2f} / {m[4][0]:.2f}"
     assert cells[6] == f"{grid['one_operand_beyond_exact_match']:.3f}"
     assert cells[7] == f"{grid['beyond_exact_match']:.3f}"
+
+
+def test_a_task_study_summary_gives_exact_match_inside_and_beyond_the_trained_sizes():
+  import json
+  summary = collect.summarize(collect.collect(os.path.join(RESULTS, "addition_grid_cpu")))
+  summary = summary.set_index("scheme")
+  assert sorted(summary.index) == ["abacus", "alibi", "none", "rope"]
+  for scheme in summary.index:
+    rows = json.load(open(os.path.join(RESULTS, "addition_grid_cpu", f"kind={scheme}", "eval",
+                                       "algorithmic.json")))["rows"]
+    inside = [r["exact_match"] for r in rows if r["in_distribution"]]
+    beyond = [r["exact_match"] for r in rows if not r["in_distribution"]]
+    assert summary.loc[scheme, "exact_match_train_sizes_mean"] == pytest.approx(np.mean(inside))
+    assert summary.loc[scheme, "exact_match_beyond_mean"] == pytest.approx(np.mean(beyond))
