@@ -184,6 +184,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.needle.threshold = 0.9  # a length passes with accuracy >= this, and so must every shorter one.
   c.eval.needle.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
   c.eval.needle.preamble = True  # prompts open with RULER's task description (136 tokens + newline).
+  c.eval.needle.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.needle.value_digits = 7  # digits of the needle's value, 1..18 (RULER: 7).
   # Multi-key needle grid (data/ruler.py; RULER niah_multikey): the needle among num_keys - 1
   # distractor needles of other keys; the needle's fields, grid, scoring and threshold rule.
@@ -194,6 +195,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.niah_multikey.threshold = 0.9  # a length passes with accuracy >= this, and every shorter one.
   c.eval.niah_multikey.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
   c.eval.niah_multikey.preamble = True  # prompts open with RULER's task description.
+  c.eval.niah_multikey.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.niah_multikey.value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
   c.eval.niah_multikey.num_keys = 4  # needles per prompt, the target included, 2..64 (RULER: 4).
   # Multi-value and multi-query needle grids (data/ruler.py; RULER niah_multivalue /
@@ -207,6 +209,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval[suite].threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
     c.eval[suite].max_new_tokens = 48  # greedy tokens; >= 5 + count x (value_digits + 2).
     c.eval[suite].preamble = True  # prompts open with RULER's task description.
+    c.eval[suite].haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
     c.eval[suite].value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
     c.eval[suite][field] = 4  # needles (values of the one key / keys asked), 2..64 (RULER: 4).
   # Variable tracking grid (data/ruler.py; RULER vt): chains of VAR assignments in held-out text;
@@ -218,6 +221,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.variable_tracking.threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
   c.eval.variable_tracking.max_new_tokens = 36  # greedy tokens after the prompt; >= 1 + 7 (hops + 1).
   c.eval.variable_tracking.preamble = True  # prompts open with RULER's task description.
+  c.eval.variable_tracking.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.variable_tracking.num_chains = 1  # chains per prompt, the queried one included (RULER: 1).
   c.eval.variable_tracking.num_hops = 4  # aliases per chain; num_hops + 1 variables (RULER: 4).
   # Attention diagnostics (eval/attention_stats.py): entropy and sink mass per layer and head at

@@ -629,6 +629,9 @@ def check_retrieval(config) -> None:
     if e is None:
       continue
     prefix = f"eval.{suite}"
+    if suite != "passkey" and e.get("haystack", "text") not in ("text", "noise"):
+      raise ConfigError(f"{prefix}.haystack must be 'text' (held-out text of eval.split) or "
+                        f"'noise' (RULER's noise sentences); got {e.haystack!r}")
     if suite == "variable_tracking":
       _check_variable_tracking(e, prefix)
       digits, digits_name = None, ""

@@ -155,13 +155,23 @@ def settings(config, suite: str):
   return config.eval[suite]
 
 
+# RULER's noise haystack ("noise" in its niah and vt configs): the passkey filler's sentences.
+NOISE_HAYSTACK = " ".join(prompts_lib.PASSKEY_FILLER) + "\n"
+
+
+def uses_noise(config, suite: str) -> bool:
+  """True when `suite` reads the noise haystack (eval.<suite>.haystack = "noise"), False for
+  held-out text of eval.split (the default; passkey always has its own filler)."""
+  return suite in HAYSTACK_SUITES and config.eval[suite].get("haystack", "text") == "noise"
+
+
 def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
                    haystack_docs: Sequence[Document] = ()):
   """The prompt builder of `suite` with the run's format fields.
 
   passkey: data/passkey.PasskeyPrompts with data.passkey.preamble and key_digits (the format the
-  run trained on, if it mixed in passkey documents). needle: NeedlePrompts over `haystack_docs`
-  with eval.needle.preamble and value_digits.
+  run trained on, if it mixed in passkey documents). The others: their builders over
+  `haystack_docs`, or over RULER's noise sentences with eval.<suite>.haystack = "noise".
 
   Raises:
     ConfigError: needle without haystack documents (names eval.split).
@@ -169,6 +179,8 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
   if suite == "passkey":
     p = config.data.passkey
     return prompts_lib.PasskeyPrompts(tokenizer, preamble=p.preamble, key_digits=p.key_digits)
+  if uses_noise(config, suite):  # RULER's noise haystack: its sentences, repeated
+    haystack_docs = [Document("noise", NOISE_HAYSTACK.encode())]
   if not any(d.data for d in haystack_docs):
     raise ConfigError(f"the {suite} suite needs held-out documents; eval.split="
                       f"{config.eval.split!r} has none")

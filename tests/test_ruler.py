@@ -197,3 +197,22 @@ def test_multi_needle_scoring_is_the_recall_of_every_value(text_corpus, mode):
     result = needle.evaluate_grid(mode, c, builder, TOK, for_length)
     assert result["rows"][0]["accuracy"] == pytest.approx(share)
     assert result["rows"][0]["correct"] == (4 if share == 1.0 else 0)
+
+
+@pytest.mark.parametrize("suite", ["needle", "niah_multikey", "niah_multivalue",
+                                   "variable_tracking"])
+def test_the_noise_haystack_needs_no_held_out_text(suite):
+  c = tiny_config("unused")
+  c.data.train_len = 128
+  c.eval.length_multipliers = (8.0,)
+  c.eval[suite].haystack = "noise"
+  builder = needle.check_suite(c, suite, {}, TOK)  # no documents at all
+  p = builder.cell(1024, 0.5, 0, seed=0)
+  body = text(p.tokens[1:])
+  assert p.tokens.shape == (1024,) and "The grass is green. The sky is blue." in body
+  before = text(p.tokens[1:p.needle_start]).split("\n", 1)[-1]  # after the preamble line
+  before = re.sub(r"VAR [A-Z]{5} = [^\n]*\n", "", NEEDLE.sub("", before))  # other needles
+  assert before.replace("\n", " ").strip() in (needle.NOISE_HAYSTACK.strip() + " ") * 40
+  c.eval[suite].haystack = "essays"
+  with pytest.raises(ConfigError, match=f"eval.{suite}.haystack must be 'text'"):
+    validate(c, 8)

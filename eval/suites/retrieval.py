@@ -32,7 +32,8 @@ class Retrieval(Suite):
   def check(self, config, *, spec=None, docs=None, tokenizer=None, explicit_lengths=False):
     """The grid's fields, the prompt's length against the eval lengths and, with the corpus
     loaded (`docs`), the needle's held-out haystack (eval/needle.py check_suite)."""
-    if docs is None and self.section in needle.HAYSTACK_SUITES:
+    if (docs is None and self.section in needle.HAYSTACK_SUITES
+        and not needle.uses_noise(config, self.section)):
       needle.settings(config, self.section)  # the haystack is checked where the corpus is loaded
     else:
       needle.check_suite(config, self.section, docs or {}, tokenizer)
@@ -70,8 +71,10 @@ class Retrieval(Suite):
         "scheme": config.model.position.kind, "step": int(ctx.step),
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "prompt": needle.prompt_format(suite, config, builder)})
-    if suite in needle.HAYSTACK_SUITES:
-      result.update({"split": config.eval.split,
+    if needle.uses_noise(config, suite):
+      result["haystack"] = "noise"
+    elif suite in needle.HAYSTACK_SUITES:
+      result.update({"haystack": "text", "split": config.eval.split,
                      "documents": len(ctx.docs.get(config.eval.split, ()))})
     write_result(ctx.workdir, f"{suite}{ctx.suffix}", result, plots.plot_retrieval_heatmap)
     return {f"{suite}{ctx.suffix}": result}
