@@ -60,6 +60,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.passkey.seed = 0  # seed of the training documents' lengths, depths and keys.
   c.data.passkey.preamble = True  # prompts open with the paper's task description (148 tokens + newline).
   c.data.passkey.key_digits = 5  # digits of the pass key, 1..18 (PI: random 5-digit numbers).
+  # Retrieval-format training mix (data/ruler.py training_documents): prompts of one suite of
+  # eval/needle.py, in its eval.<suite> format, with their answers, over the training text.
+  c.data.retrieval_mix = ml_collections.ConfigDict()
+  c.data.retrieval_mix.suite = ""  # needle | niah_multikey | niah_multivalue | niah_multiquery | variable_tracking.
+  c.data.retrieval_mix.fraction = 0.0  # share of training windows made of those prompts, [0, 1); 0 = none.
+  c.data.retrieval_mix.seed = 0  # seed of the prompts' lengths, depths, keys and values.
 
   # ---------------------------------------------------------------- model
   c.model = ml_collections.ConfigDict()

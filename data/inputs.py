@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from configs.errors import ConfigError
-from data import corpora, passkey, pipeline, position_layouts, position_samplers
+from data import corpora, passkey, pipeline, position_layouts, position_samplers, ruler
 from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
 
@@ -128,7 +128,8 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_coun
     description = f"task {d.task.name!r}, sizes {d.task.train_min_size}..{d.task.train_max_size}"
   else:
     train_docs = (docs["train"] if isinstance(docs["train"], corpora.PreparedSplit)  # lazy shards
-                  else passkey.training_documents(docs["train"], d, tokenizer))
+                  else ruler.training_documents(  # + passkey / retrieval-format prompts
+                      passkey.training_documents(docs["train"], d, tokenizer), config, tokenizer))
     train = pipeline.train_dataset(  # + passkey documents if data.passkey.fraction > 0
         train_docs, tokenizer, train_len=d.train_len, batch_size=batch, seed=d.shuffle_seed,
         process_index=process_index, process_count=process_count, sampler=sampler,

@@ -478,16 +478,45 @@ def passkey_documents(text_docs: Sequence[Document], tokenizer: ByteTokenizer, *
     raise ValueError(f"fraction must lie in [0, 1); got {fraction}")
   if fraction == 0.0:
     return []
+  prompts, answer_len, n_min = _document_format(tokenizer, train_len, preamble, key_digits)
+
+  def draw(rng, left):
+    prompt, key = _draw_document(prompts, rng, n_min, left, answer_len)
+    return (tokenizer.decode_bytes(prompt.tokens[1:]) + answer_suffix(key).encode(),
+            prompt.length + answer_len)
+
+  return block_documents(text_docs, tokenizer, train_len=train_len, fraction=fraction,
+                         rng=np.random.default_rng([int(seed), 7]), n_min=n_min, draw=draw,
+                         name="passkey")
+
+
+def block_documents(text_docs: Sequence[Document], tokenizer: ByteTokenizer, *, train_len: int,
+                    fraction: float, rng: np.random.Generator, n_min: int, draw,
+                    name: str) -> list[Document]:
+  """Synthetic training documents tiling whole blocks of train_len tokens after the text (the
+  layout `passkey_documents` describes), for any prompt format.
+
+  Args:
+    text_docs: the training split's text documents (non-empty); snippets fill block ends.
+    tokenizer: a tokenizer of one token per byte (the layout counts bytes).
+    train_len: L, tokens.
+    fraction: share of training windows made of synthetic documents, in (0, 1).
+    rng: the generator of every draw.
+    n_min: tokens (BOS included) of the shortest synthetic document.
+    draw: (rng, tokens left in the block, >= n_min) -> (document bytes, its tokens with BOS).
+    name: documents are named "<name>-%06d" and the snippets "<name>-text-%06d".
+
+  Raises:
+    ValueError: no non-empty text document, or a tokenizer that is not one token per byte.
+  """
   sources = [d.data for d in text_docs if d.data]
   if not sources:
-    raise ValueError("passkey training documents need at least one non-empty text document")
-  prompts, answer_len, n_min = _document_format(tokenizer, train_len, preamble, key_digits)
+    raise ValueError(f"{name} training documents need at least one non-empty text document")
   text_tokens = sum(len(tokenizer.encode(d.data)) + 1 for d in text_docs)
   gap = -text_tokens % train_len
   blocks = round(fraction / (1.0 - fraction) * (text_tokens + gap) / train_len)
-  rng = np.random.default_rng([int(seed), 7])
   docs: list[Document] = []
-  counts = {"passkey": 0, "passkey-text": 0}
+  counts = {name: 0, f"{name}-text": 0}
 
   def add(kind: str, data: bytes) -> None:
     docs.append(Document(f"{kind}-{counts[kind]:06d}", data))
@@ -496,17 +525,18 @@ def passkey_documents(text_docs: Sequence[Document], tokenizer: ByteTokenizer, *
   for size in ([gap] if gap else []) + [train_len] * blocks:
     left = size
     while left >= n_min:
-      prompt, key = _draw_document(prompts, rng, n_min, left, answer_len)
-      add("passkey", tokenizer.decode_bytes(prompt.tokens[1:]) + answer_suffix(key).encode())
-      left -= prompt.length + answer_len
+      data, tokens = draw(rng, left)
+      add(name, data)
+      left -= tokens
     if left:  # a snippet of left - 1 bytes (+ BOS), read cyclically from a random offset
       source = np.frombuffer(sources[int(rng.integers(len(sources)))], np.uint8)
       idx = (int(rng.integers(len(source))) + np.arange(left - 1)) % len(source)
-      add("passkey-text", source[idx].tobytes())
+      add(f"{name}-text", source[idx].tobytes())
   laid_out = sum(len(tokenizer.encode(d.data)) + 1 for d in docs)
   if laid_out != gap + blocks * train_len:
-    raise ValueError(f"passkey documents take {laid_out} tokens, not the {gap + blocks * train_len} "
-                     "of their blocks: the tokenizer does not map one byte to one token")
+    raise ValueError(f"{name} documents take {laid_out} tokens, not the "
+                     f"{gap + blocks * train_len} of their blocks: the tokenizer does not map one "
+                     "byte to one token")
   return docs
 
 

@@ -29,11 +29,13 @@ from typing import Sequence
 
 import numpy as np
 
+from configs.errors import ConfigError
 from data.corpora import Document
 from data.passkey import (KEY_ADJECTIVES, KEY_NOUNS, MAX_NEEDLE_KEYS, NEEDLE_QUESTION,
-                          NEEDLE_TEMPLATE, VT_NAME_LETTERS, NeedlePrompts, RetrievalPrompt, _ids,
-                          _snap, cell_rng, random_digits)
-from data.tokenizers import ByteTokenizer
+                          NEEDLE_TEMPLATE, PASSKEY_FILLER, VT_NAME_LETTERS, NeedlePrompts,
+                          RetrievalPrompt, _ids, _snap, block_documents, cell_rng,
+                          random_digits)
+from data.tokenizers import ByteTokenizer, get_tokenizer
 
 KEYS = tuple(f"{a}-{n}" for a in KEY_ADJECTIVES for n in KEY_NOUNS)  # 576 distinct keys
 
@@ -419,3 +421,156 @@ class VariableTrackingPrompts(NeedlePrompts):
     depths = [[depth, *np.sort(rng.uniform(depth, 1.0, h - 1)).tolist()]]
     depths += [np.sort(rng.random(h)).tolist() for _ in range(c - 1)]
     return self.build_chains(length, depth, chains, values, start, depths)
+
+
+# ---------------------------------------------------------------------------- builders by suite
+
+# RULER's noise haystack ("noise" in its niah and vt configs): the passkey filler's sentences.
+NOISE_HAYSTACK = " ".join(PASSKEY_FILLER) + "\n"
+MULTI_COUNT_FIELD = {"niah_multivalue": "num_values", "niah_multiquery": "num_queries"}
+BUILDER_SUITES = ("needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
+                  "variable_tracking")
+
+
+def uses_noise(section) -> bool:
+  """True when a suite's section (eval.<suite>) asks for the noise haystack."""
+  return section.get("haystack", "text") == "noise"
+
+
+def builder(suite: str, section, tokenizer: ByteTokenizer, docs: Sequence[Document]):
+  """The prompt builder of a haystack suite with its format fields.
+
+  Args:
+    suite: one of BUILDER_SUITES.
+    section: its settings (eval.<suite>: preamble, value_digits, num_keys / num_values /
+      num_queries, num_chains / num_hops, haystack).
+    tokenizer: the tokenizer.
+    docs: the haystack's documents (ignored with haystack = "noise").
+
+  Raises:
+    ValueError: an unknown suite or a bad field (the builders' own checks).
+  """
+  if uses_noise(section):
+    docs = [Document("noise", NOISE_HAYSTACK.encode())]
+  n = section
+  if suite == "needle":
+    return NeedlePrompts(tokenizer, docs, preamble=n.preamble, value_digits=n.value_digits)
+  if suite == "niah_multikey":
+    return MultiKeyNeedlePrompts(tokenizer, docs, num_keys=n.num_keys, preamble=n.preamble,
+                                 value_digits=n.value_digits)
+  if suite in MULTI_COUNT_FIELD:
+    return MultiNeedlePrompts(tokenizer, docs, mode=suite, count=n[MULTI_COUNT_FIELD[suite]],
+                              preamble=n.preamble, value_digits=n.value_digits)
+  if suite == "variable_tracking":
+    return VariableTrackingPrompts(tokenizer, docs, num_chains=n.num_chains,
+                                   num_hops=n.num_hops, preamble=n.preamble)
+  raise ValueError(f"suite must be one of {BUILDER_SUITES}; got {suite!r}")
+
+
+def answer_text(prompt: RetrievalPrompt) -> str:
+  """What follows a prompt in a training document: " v." for one number, " a, b, and c." for
+  several values (the multi-needle suites), "A, B, C" for variable names (variable tracking,
+  whose answer prefix already ends with "they are: ")."""
+  if not prompt.answers:
+    return f" {prompt.answer}."
+  if prompt.answers[0].isdigit():
+    return " " + key_list(list(prompt.answers)) + "."
+  return ", ".join(prompt.answers)
+
+
+# ---------------------------------------------------------------------------- the training mix
+
+
+def mix_format(config, tokenizer: ByteTokenizer, docs: Sequence[Document]):
+  """(builder over `docs`, answer tokens, shortest document in tokens) of the training mix
+  `data.retrieval_mix` (the format of eval.<suite>, so training and evaluation prompts agree).
+
+  Raises:
+    ValueError: a document longer than data.train_len even without haystack.
+  """
+  suite = config.data.retrieval_mix.suite
+  prompts = builder(suite, config.eval[suite], tokenizer, docs)
+  answer_len = len(_ids(tokenizer, answer_text(prompts.cell(prompts.min_length, 0.0, 0, 0))))
+  n_min = prompts.min_length + answer_len
+  if n_min > config.data.train_len:
+    raise ValueError(f"a {suite} training document needs at least {n_min} tokens; "
+                     f"data.train_len is {config.data.train_len}")
+  return prompts, answer_len, n_min
+
+
+def training_documents(train_docs: Sequence[Document], config,
+                       tokenizer: ByteTokenizer) -> list[Document]:
+  """`train_docs` followed by the retrieval prompts of `data.retrieval_mix` (answer included).
+
+  With data.retrieval_mix.fraction = f > 0, about f of the training windows are blocks of
+  prompts of the suite data.retrieval_mix.suite, in its evaluation format (eval.<suite>: preamble,
+  value digits, needle counts, haystack), each followed by its answer (`answer_text`), laid out
+  as the passkey documents are (data/passkey.py `block_documents`: whole blocks of train_len
+  tokens, a text snippet at each block's end). The haystack is the training split itself (or
+  RULER's noise with eval.<suite>.haystack = "noise"), never held-out text. A document's length
+  is uniform in [shortest, tokens left in its block], its depth uniform in [0, 1], its keys and
+  values from `cell_rng(data.retrieval_mix.seed + 1_000_003, suite, length, depth, trial)` with
+  a random trial, so no training prompt is an evaluation prompt. Only training data goes
+  through it.
+
+  Raises:
+    ValueError: see `mix_format` and `block_documents`.
+  """
+  mix = config.data.get("retrieval_mix")
+  if mix is None or mix.fraction == 0:
+    return list(train_docs)
+  prompts, answer_len, n_min = mix_format(config, tokenizer, train_docs)
+  seed = int(mix.seed) + 1_000_003  # apart from the evaluation seeds
+
+  def draw(rng, left):
+    n = int(rng.integers(n_min, left + 1))
+    depth, trial = float(rng.random()), int(rng.integers(2 ** 31))
+    prompt = prompts.cell(n - answer_len, depth, trial, seed)
+    return (tokenizer.decode_bytes(prompt.tokens[1:]) + answer_text(prompt).encode(),
+            prompt.length + answer_len)
+
+  return list(train_docs) + block_documents(
+      train_docs, tokenizer, train_len=config.data.train_len, fraction=float(mix.fraction),
+      rng=np.random.default_rng([int(mix.seed), 13]), n_min=n_min, draw=draw, name=mix.suite)
+
+
+def check_mix(config) -> None:
+  """Checks data.retrieval_mix (skipped when an older config lacks it).
+
+  Raises:
+    ConfigError: fraction outside [0, 1); a fraction > 0 without a suite of BUILDER_SUITES; a
+      seed that is not an integer >= 0; a mix with an algorithmic task, with
+      data.passkey.fraction > 0 (one synthetic format at a time) or with a prepared corpus; or
+      a document that cannot fit data.train_len.
+  """
+  mix = config.data.get("retrieval_mix")
+  if mix is None:
+    return
+  f = mix.fraction
+  if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 1:
+    raise ConfigError(f"data.retrieval_mix.fraction must lie in [0, 1) (share of training "
+                      f"windows; 0 = none); got {f!r}")
+  if not isinstance(mix.seed, int) or isinstance(mix.seed, bool) or mix.seed < 0:
+    raise ConfigError(f"data.retrieval_mix.seed must be an integer >= 0; got {mix.seed!r}")
+  if f == 0:
+    return
+  if mix.suite not in BUILDER_SUITES:
+    raise ConfigError(f"data.retrieval_mix.suite={mix.suite!r} must be one of "
+                      f"{list(BUILDER_SUITES)} when data.retrieval_mix.fraction > 0")
+  if config.data.task.name:
+    raise ConfigError(f"data.retrieval_mix.fraction={f} mixes retrieval prompts into text "
+                      f"training; it must be 0 with an algorithmic task "
+                      f"(data.task.name={config.data.task.name!r})")
+  if config.data.passkey.fraction > 0:
+    raise ConfigError("data.retrieval_mix.fraction > 0 and data.passkey.fraction > 0: mix one "
+                      "synthetic format at a time (set one of them to 0)")
+  if config.data.source == "array_record":
+    raise ConfigError("data.retrieval_mix needs the training text as documents; a prepared "
+                      "corpus (data.source='array_record') is read as shards: set "
+                      "data.retrieval_mix.fraction=0 or data.source='text_files'")
+  noise = [Document("noise", NOISE_HAYSTACK.encode())]  # min_length does not depend on it
+  try:
+    mix_format(config, get_tokenizer(config.data.tokenizer), noise)
+  except ValueError as e:
+    raise ConfigError(f"data.retrieval_mix: {e} (raise data.train_len, or set "
+                      f"eval.{mix.suite}.preamble=False)") from None

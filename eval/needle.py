@@ -63,7 +63,7 @@ SUITES = ("passkey", "needle", "niah_multikey", "niah_multivalue", "niah_multiqu
 HAYSTACK_SUITES = SUITES[1:]  # held-out text of eval.split as the haystack
 # Scored by `recall_all` (every reference), the others by `is_correct` (one number).
 RECALL_ALL_SUITES = ("niah_multivalue", "niah_multiquery", "variable_tracking")
-MULTI_COUNT_FIELD = {"niah_multivalue": "num_values", "niah_multiquery": "num_queries"}
+MULTI_COUNT_FIELD = ruler.MULTI_COUNT_FIELD
 SCORING = ("exact match: the greedy continuation, cut at its first special token (BOS/EOS/PAD), "
            "is decoded as UTF-8; its first maximal run of ASCII digits [0-9]+ must equal the "
            "answer")
@@ -155,14 +155,13 @@ def settings(config, suite: str):
   return config.eval[suite]
 
 
-# RULER's noise haystack ("noise" in its niah and vt configs): the passkey filler's sentences.
-NOISE_HAYSTACK = " ".join(prompts_lib.PASSKEY_FILLER) + "\n"
+NOISE_HAYSTACK = ruler.NOISE_HAYSTACK
 
 
 def uses_noise(config, suite: str) -> bool:
   """True when `suite` reads the noise haystack (eval.<suite>.haystack = "noise"), False for
   held-out text of eval.split (the default; passkey always has its own filler)."""
-  return suite in HAYSTACK_SUITES and config.eval[suite].get("haystack", "text") == "noise"
+  return suite in HAYSTACK_SUITES and ruler.uses_noise(config.eval[suite])
 
 
 def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
@@ -170,7 +169,7 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
   """The prompt builder of `suite` with the run's format fields.
 
   passkey: data/passkey.PasskeyPrompts with data.passkey.preamble and key_digits (the format the
-  run trained on, if it mixed in passkey documents). The others: their builders over
+  run trained on, if it mixed in passkey documents). The others: data/ruler.py `builder` over
   `haystack_docs`, or over RULER's noise sentences with eval.<suite>.haystack = "noise".
 
   Raises:
@@ -179,24 +178,10 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
   if suite == "passkey":
     p = config.data.passkey
     return prompts_lib.PasskeyPrompts(tokenizer, preamble=p.preamble, key_digits=p.key_digits)
-  if uses_noise(config, suite):  # RULER's noise haystack: its sentences, repeated
-    haystack_docs = [Document("noise", NOISE_HAYSTACK.encode())]
-  if not any(d.data for d in haystack_docs):
+  if not uses_noise(config, suite) and not any(d.data for d in haystack_docs):
     raise ConfigError(f"the {suite} suite needs held-out documents; eval.split="
                       f"{config.eval.split!r} has none")
-  n = config.eval[suite]
-  if suite == "niah_multikey":
-    return ruler.MultiKeyNeedlePrompts(tokenizer, haystack_docs, num_keys=n.num_keys,
-                                       preamble=n.preamble, value_digits=n.value_digits)
-  if suite in MULTI_COUNT_FIELD:
-    return ruler.MultiNeedlePrompts(tokenizer, haystack_docs, mode=suite,
-                                    count=n[MULTI_COUNT_FIELD[suite]], preamble=n.preamble,
-                                    value_digits=n.value_digits)
-  if suite == "variable_tracking":
-    return ruler.VariableTrackingPrompts(tokenizer, haystack_docs, num_chains=n.num_chains,
-                                         num_hops=n.num_hops, preamble=n.preamble)
-  return prompts_lib.NeedlePrompts(tokenizer, haystack_docs, preamble=n.preamble,
-                                   value_digits=n.value_digits)
+  return ruler.builder(suite, config.eval[suite], tokenizer, haystack_docs)
 
 
 def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):

@@ -122,7 +122,7 @@ def test_bad_fields_are_refused_in_one_line(text_corpus, field, value, match):
 
 def test_eval_run_writes_both_suites_and_collect_tabulates_them(text_corpus, tmp_path):
   c = tiny_config(text_corpus)
-  c.data.train_len = 128
+  c.data.train_len = 64
   c.train.num_steps = 2
   c.eval.suites = "ppl_vs_length"
   c.eval.length_multipliers = (1.0,)
@@ -138,9 +138,61 @@ def test_eval_run_writes_both_suites_and_collect_tabulates_them(text_corpus, tmp
   assert set(results) == {"niah_multikey", "variable_tracking"}
   for suite in results:
     saved = json.load(open(os.path.join(workdir, "eval", f"{suite}.json")))
-    assert saved["suite"] == suite and saved["lengths"] == [1024]
+    assert saved["suite"] == suite and saved["lengths"] == [512]
     assert os.path.getsize(os.path.join(workdir, "eval", f"{suite}.png")) > 0
   frame = collect.collect(str(tmp_path / "study"))
   rows = frame[frame["suite"].isin(["niah_multikey", "variable_tracking"])]
   assert sorted(rows["suite"]) == ["niah_multikey", "variable_tracking"]
-  assert (rows["length"] == 1024).all() and rows["accuracy"].between(0, 1).all()
+  assert (rows["length"] == 512).all() and rows["accuracy"].between(0, 1).all()
+
+
+@pytest.mark.parametrize("suite", ["needle", "niah_multikey", "niah_multivalue",
+                                   "niah_multiquery", "variable_tracking"])
+def test_the_retrieval_training_mix_tiles_blocks_of_prompts_with_their_answers(text_corpus,
+                                                                               suite):
+  c = tiny_config(text_corpus)
+  c.data.train_len = 1024
+  c.data.retrieval_mix.suite = suite
+  c.data.retrieval_mix.fraction = 0.25
+  validate(c, 1)
+  docs = read_text_files(text_corpus)
+  out = ruler.training_documents(docs, c, TOK)
+  assert out[:len(docs)] == docs
+  mixed = out[len(docs):]
+  prompts = [d for d in mixed if d.name.startswith(f"{suite}-0")]
+  text_tokens = sum(len(d.data) + 1 for d in docs)
+  assert sum(len(d.data) + 1 for d in mixed) % 1024 == -text_tokens % 1024  # whole blocks
+  blocks = (sum(len(d.data) + 1 for d in mixed) - (-text_tokens % 1024)) // 1024
+  assert blocks == round(0.25 / 0.75 * (text_tokens + (-text_tokens % 1024)) / 1024)
+  builder = needle.prompt_builder(c, suite, TOK, docs)
+  assert len(prompts) > 20
+  for d in prompts[:20]:
+    text = d.data.decode()
+    assert builder.min_length <= len(d.data) + 1 <= 1024
+    if suite == "variable_tracking":  # the answer is the queried chain's names
+      value = re.search(r"assigned the value (\d+) in the text above", text).group(1)
+      assert text.endswith("they are: " + ", ".join(chains_of(text)[value]))
+    else:
+      assert re.search(r"(is|are) \d{7}(, \d{7})*(, and \d{7})?\.$", text)
+  c.data.train_len = 256  # shorter than the shortest prompt: refused before anything runs
+  with pytest.raises(ConfigError, match=f"data.retrieval_mix: a {suite} training document "
+                                        "needs at least"):
+    validate(c, 1)
+  c.data.train_len, c.data.retrieval_mix.suite = 1024, "passkey"
+  with pytest.raises(ConfigError, match="data.retrieval_mix.suite='passkey' must be one of"):
+    validate(c, 1)
+
+
+def test_training_windows_carry_the_mixed_prompts(text_corpus):
+  from data import inputs as data_inputs
+  c = tiny_config(text_corpus)
+  c.data.train_len = 512
+  c.data.retrieval_mix.suite = "needle"
+  c.data.retrieval_mix.fraction = 0.5
+  c.eval.needle.preamble = False
+  validate(c, 1)
+  inputs = data_inputs.make_inputs(c, data_inputs.load_splits(c), TOK)
+  windows = [TOK.decode(row) for _ in range(4) for row in next(inputs.train)["inputs"]]
+  with_needle = [w for w in windows if "One of the special magic numbers for" in w]
+  assert 0.2 < len(with_needle) / len(windows) < 0.8  # about half the windows
+  assert all(re.search(r"mentioned in the provided text is \d{7}\.", w) for w in with_needle)
