@@ -103,10 +103,11 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_coun
     docs: `load_splits(config)`.
     tokenizer: the run's tokenizer.
     process_index, process_count: this process among the job's (each reads its own share).
-    layout: the scheme's position layout (`ModelSpec.layout`), or None: every training example
-      then gets its `aux_positions` (and, for BiPE, intra-segment `positions`), digit offsets
-      drawn per example from the layout's seed (data/position_layouts.py). Validation windows
-      go without: the model applies the layout itself, with no offset.
+    layout: the scheme's position layout (`ModelSpec.layout`; None for a scheme that reads one
+      position stream). With it, every training example gets its `aux_positions` (and, for
+      BiPE, intra-segment `positions`), digit offsets drawn per document from the layout's seed
+      (data/position_layouts.py). Validation windows go without: the model applies the layout
+      itself, with no offset.
 
   Raises:
     ConfigError: data.batch_size not divisible by the processes, or no validation document

@@ -170,8 +170,9 @@ class Decoder(nnx.Module):
     self.dtype = jnp.dtype(m.dtype)
     self.position = positions.build(m.position, dims, rngs=rngs)
     # The scheme's second position stream, if it reads one (data/position_layouts.py): static.
-    self.layout = position_layouts.build(self.position.position_layout, m.position,
-                                         get_tokenizer(config.data.tokenizer))
+    layout = self.position.position_layout
+    self.layout = position_layouts.build(layout, m.position, get_tokenizer(
+        config.data.tokenizer)) if layout else None
     transform = PositionTransform.from_config(m.position, dims.train_len)
     temperature = position_transforms.temperature_forms(m.position, m.num_layers, dims.train_len)
     if any(temperature) and m.logn_scaling:
