@@ -45,8 +45,11 @@ writes, atomically (eval/files.py):
       passkey_max_length (max_length_passing; 0 when even the shortest length fails), for a task
       study exact_match_train_sizes and exact_match_beyond (the mean exact match over the
       trained sizes and over the sizes beyond them: a grid task's diagonal), the final
-      validation loss: `<metric>_mean` and `<metric>_std` (sample std, NaN for one run), and
-      `runs`, the number of runs averaged. Passkey values belong to an extension and factor, not
+      validation loss: `<metric>_mean`, `<metric>_std` (sample std, NaN for one run) and
+      `<metric>_ci_low` / `_ci_high` (a percentile bootstrap 95% interval of the mean over the
+      runs, fixed resamples; NaN for one run), `ppl_8x_overlaps` (the other schemes of the same
+      configuration whose 8x interval overlaps this row's: pairs the data cannot separate
+      there), and `runs`, the number of runs averaged. Passkey values belong to an extension and factor, not
       to a protocol: they appear on every protocol's row.
 
 A folder of result files instead (no run folder: result JSONs lying in the folder itself, named
@@ -65,6 +68,7 @@ import sys
 import warnings
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 from absl import app
 
@@ -258,8 +262,10 @@ def configuration_columns(columns: Iterable[str]) -> list[str]:
               and c != "cfg.train.init_from")]
 
 
-def summarize(frame: pd.DataFrame) -> pd.DataFrame:
-  """The per-configuration summary over seeds (module docstring)."""
+def summarize(frame: pd.DataFrame, overlap_multiplier: int = 8) -> pd.DataFrame:
+  """The per-configuration summary over seeds (module docstring): every metric's mean, sample
+  std and bootstrap 95% interval of the mean (`bootstrap_interval`), and `ppl_<m>x_overlaps`,
+  for m = overlap_multiplier, the schemes whose interval at m x train_len overlaps the row's."""
   config_cols = configuration_columns(frame.columns)
   ppl = frame[frame["suite"] == "ppl_vs_length"]
   per_run = []
@@ -307,10 +313,73 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     per_run[c] = pd.to_numeric(per_run[c], errors="coerce")
   keys = config_cols + ["extension", "extension_factor", "protocol"]
   grouped = per_run.groupby(keys, dropna=False, sort=True)
-  summary = grouped[metrics].agg(["mean", "std"])
+  summary = grouped[metrics].agg(["mean", "std", bootstrap_low, bootstrap_high])
   summary.columns = [f"{metric}_{stat}" for metric, stat in summary.columns]
   summary.insert(0, "runs", grouped["run"].nunique())
-  return summary.reset_index()
+  summary = summary.reset_index()
+  column = f"ppl_{overlap_multiplier}x"
+  if f"{column}_ci_low" in summary.columns and "scheme" in summary.columns:
+    summary[f"{column}_overlaps"] = overlapping_schemes(summary, column, keys)
+  return summary
+
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0  # the resamples are fixed: the same table gives the same intervals
+
+
+def bootstrap_interval(values, level: float = 0.95) -> tuple[float, float]:
+  """Percentile bootstrap interval of the mean over runs (seeds), (low, high).
+
+  `BOOTSTRAP_RESAMPLES` resamples of the n values with replacement, from a fixed generator
+  (`BOOTSTRAP_SEED`), and the (1 - level) / 2 and (1 + level) / 2 quantiles of their means
+  (Efron & Tibshirani, An Introduction to the Bootstrap, 1993, Ch. 13). With n = 1 the interval is
+  undefined: (NaN, NaN). With 2 seeds the interval is at most the two values' range: read it as
+  the spread of what was measured, not as a population claim.
+
+  Args:
+    values: the per-run values (NaN ignored).
+    level: coverage, in (0, 1).
+  """
+  v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), float)
+  if len(v) < 2:
+    return math.nan, math.nan
+  rng = np.random.default_rng(BOOTSTRAP_SEED)
+  means = v[rng.integers(0, len(v), size=(BOOTSTRAP_RESAMPLES, len(v)))].mean(axis=1)
+  return (float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, (1 + level) / 2)))
+
+
+def bootstrap_low(values) -> float:
+  """`bootstrap_interval(values)[0]` (a pandas aggregation; column suffix `_ci_low`)."""
+  return bootstrap_interval(values)[0]
+
+
+def bootstrap_high(values) -> float:
+  """`bootstrap_interval(values)[1]` (column suffix `_ci_high`)."""
+  return bootstrap_interval(values)[1]
+
+
+bootstrap_low.__name__, bootstrap_high.__name__ = "ci_low", "ci_high"
+
+
+def overlapping_schemes(summary: pd.DataFrame, column: str, keys: list[str]) -> list[str]:
+  """Per summary row, the other schemes of the same configuration (every key but the scheme and
+  its parameter count) whose bootstrap interval of `column` overlaps this row's,
+  comma-separated ("" for none; NaN without an interval): the pairs the table cannot tell apart
+  at that length."""
+  others = [k for k in keys if k not in ("scheme", "num_params")]
+  low, high = summary[f"{column}_ci_low"], summary[f"{column}_ci_high"]
+  out = []
+  for i, row in summary.iterrows():
+    if pd.isna(low[i]):
+      out.append(math.nan)
+      continue
+    same = np.ones(len(summary), bool)
+    for k in others:
+      same &= (summary[k] == row[k]) | (summary[k].isna() & pd.isna(row[k]))
+    hits = [summary.loc[j, "scheme"] for j in summary.index[same]
+            if j != i and not pd.isna(low[j]) and low[j] <= high[i] and low[i] <= high[j]]
+    out.append(",".join(sorted(map(str, hits))))
+  return out
 
 
 def write_frame(frame: pd.DataFrame, path: str) -> None:

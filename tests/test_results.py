@@ -120,3 +120,17 @@ def test_a_task_study_summary_gives_exact_match_inside_and_beyond_the_trained_si
     beyond = [r["exact_match"] for r in rows if not r["in_distribution"]]
     assert summary.loc[scheme, "exact_match_train_sizes_mean"] == pytest.approx(np.mean(inside))
     assert summary.loc[scheme, "exact_match_beyond_mean"] == pytest.approx(np.mean(beyond))
+
+
+def test_bootstrap_intervals_and_overlaps_on_hand_made_runs():
+  assert all(np.isnan(collect.bootstrap_interval([5.0])))  # one run: no interval
+  low, high = collect.bootstrap_interval([1.0, 3.0])  # resample means are 1, 2 or 3
+  assert (low, high) == (1.0, 3.0)
+  low, high = collect.bootstrap_interval([1.0, 2.0, 3.0, 4.0, 5.0] * 4)
+  assert 2.3 < low < 3.0 < high < 3.7  # about mean +- 1.96 x 1.41 / sqrt(20)
+  summary = pd.DataFrame({"scheme": ["a", "b", "c", "a"], "train_len": [8, 8, 8, 16],
+                          "num_params": [1, 2, 3, 1],
+                          "ppl_8x_ci_low": [1.0, 1.5, 3.0, 1.0],
+                          "ppl_8x_ci_high": [2.0, 2.5, 4.0, 9.0]})
+  got = collect.overlapping_schemes(summary, "ppl_8x", ["scheme", "train_len", "num_params"])
+  assert got == ["b", "a", "", ""]  # c is apart; a at train_len 16 has no peer
