@@ -371,7 +371,8 @@ class VariableTrackingPrompts(NeedlePrompts):
       self._check_value(v)
     if values[0] in values[1:]:
       raise ValueError(f"the queried value {values[0]} must differ from the others' {values[1:]}")
-    depths = [[float(depth), *map(float, depths[0][1:])], *[list(map(float, d)) for d in depths[1:]]]
+    depths = [[float(depth), *map(float, depths[0][1:])],
+              *[list(map(float, d)) for d in depths[1:]]]
     if not all(0.0 <= d <= 1.0 for ds in depths for d in ds):
       raise ValueError(f"depths must lie in [0, 1]; got {depths}")
     statements = [self._statements(names, v) for names, v in zip(chains, values)]

@@ -1,6 +1,7 @@
 """Study figures: from a study's tidy results table (sweeps/collect.py), one curve per scheme
-(mean over seeds, band = min..max over seeds); the training curves, one line per run, from the
-runs' metrics.jsonl (`read_training_curves`, `fig_training_curves`: they need the run folders).
+(mean over seeds, band = the bootstrap 95% interval of the mean: `BAND`); the training curves,
+one line per run, from the runs' metrics.jsonl (`read_training_curves`, `fig_training_curves`:
+they need the run folders).
 
 Each figure function returns a matplotlib Figure, or None when the table holds nothing for it;
 the notebooks display them and sweeps/report.py embeds them. The figures of a single run, written
@@ -25,7 +26,8 @@ from eval import suites as suites_registry
 from eval.plots import LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, log_axis, subplots
 from configs.extension_recipes import RECIPES
 from runs.metrics import read_metrics
-from sweeps.collect import configuration_columns, runs_newer_than, summarize
+from sweeps.collect import (bootstrap_high, bootstrap_low, configuration_columns, runs_newer_than,
+                            summarize)
 
 
 def study_table_path(study_dir: str) -> str | None:
@@ -130,12 +132,22 @@ def curve_labels(frame) -> pd.Series:
   return frame.apply(label, axis=1)
 
 
+# What a figure's band is: the percentile bootstrap 95% interval of the mean over runs
+# (sweeps/collect.py `bootstrap_interval`, the summary's `_ci_low` / `_ci_high`), which with two
+# seeds is their min..max.
+BAND = "band = bootstrap 95% CI of the mean (2 seeds: min..max)"
+
+
 def _mean_band(frame, x: str, y: str):
-  """Per label: x values, mean, min and max of y over runs (seeds), sorted by x."""
+  """Per label: x values, the mean of y over runs (seeds) and the band ("min", "max": the
+  bootstrap 95% interval of the mean, `BAND`; mean..mean for one run), sorted by x."""
   rows = frame.dropna(subset=[y]).assign(label=curve_labels(frame))
   out = {}
   for label, group in rows.groupby("label", sort=True):
-    stats = group.groupby(x)[y].agg(["mean", "min", "max"]).sort_index()
+    stats = group.groupby(x)[y].agg(["mean", bootstrap_low, bootstrap_high]).sort_index()
+    stats.columns = ["mean", "min", "max"]
+    one = stats["min"].isna()
+    stats.loc[one, "min"] = stats.loc[one, "max"] = stats.loc[one, "mean"]
     out[label] = stats
   return out
 
@@ -247,7 +259,8 @@ def _suite(frame, suite: str, protocol: str | None = None, extensions: bool | No
 
 @_any_table
 def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False):
-  """Perplexity vs evaluation length per scheme (log-log), mean over seeds with a min..max band.
+  """Perplexity vs evaluation length per scheme (log-log), mean over seeds with its bootstrap
+  band (`BAND`).
 
   Args:
     frame: the results table; protocol: "non_overlapping" | "sliding" (perplexity protocol,
@@ -268,7 +281,7 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   _plot_bands(ax, _mean_band(rows, "length", "ppl"))
   length_axis(ax, _train_len(rows))
   _log_ppl_axis(ax)
-  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, band = min..max",
+  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, {BAND}",
                fontsize=9)
   _legend(fig)
   return fig
@@ -437,7 +450,7 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
 @_any_table
 def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   """Retrieval accuracy (all depths) vs context length per scheme and extension, mean over
-  seeds with a min..max band.
+  seeds with its bootstrap band (`BAND`).
 
   Returns:
     A Figure, or None if the table has no `suite` rows with an accuracy.
@@ -455,7 +468,7 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   length_axis(ax, _train_len(rows))
   ax.set_ylim(-0.02, 1.02)
   ax.set_ylabel(f"{suite} accuracy")
-  ax.set_title(f"{suite} accuracy vs length; mean over seeds, band = min..max", fontsize=9)
+  ax.set_title(f"{suite} accuracy vs length; mean over seeds, {BAND}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -463,7 +476,7 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
 @_any_table
 def fig_algorithmic(frame, metric: str = "exact_match"):
   """Accuracy per instance size on the algorithmic tasks: one panel per task, one curve per
-  scheme (mean over seeds, band min..max), the largest trained size marked.
+  scheme (mean over seeds, `BAND`), the largest trained size marked.
 
   Args:
     frame: the results table; metric: "exact_match" | "token_accuracy".
@@ -501,7 +514,7 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
 @_any_table
 def fig_attention_vs_length(frame):
   """Attention entropy (with the uniform ceiling) and sink mass vs length per scheme, mean over
-  layers, heads and seeds (band = min..max over seeds): the attention suite's rows.
+  layers, heads and seeds (`BAND`, over seeds): the attention suite's rows.
 
   Returns:
     A Figure, or None if the table has no attention rows.
@@ -559,7 +572,7 @@ DRAWN_SUITES = ("ppl_vs_length", "loss_by_position", *RETRIEVAL_SUITES, "attenti
 @_any_table
 def fig_metric_vs_length(frame, suite: str):
   """A registered suite's headline metric (its `Suite.metric` column) vs length per scheme and
-  extension, mean over seeds with a min..max band: the report's figure of a suite that has no
+  extension, mean over seeds with its bootstrap band: the report's figure of a suite that has no
   figure of its own.
 
   Returns:
@@ -580,7 +593,7 @@ def fig_metric_vs_length(frame, suite: str):
   _plot_bands(ax, bands)
   length_axis(ax, _train_len(rows))
   ax.set_ylabel(suites_registry.REGISTRY[suite].metric_label or metric)
-  ax.set_title(f"{suite}: {metric} vs length; mean over seeds, band = min..max", fontsize=9)
+  ax.set_title(f"{suite}: {metric} vs length; mean over seeds, {BAND}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -662,8 +675,8 @@ def fig_training_curves(curves, mean: bool = False):
   Args:
     curves: read_training_curves's frame.
     mean: one line per scheme (label): the mean over its runs (seeds) at each step, band =
-      min..max; else (the default) one line per run, the seeds of a scheme in its colour, line
-      style and marker (`scheme_style`).
+      the bootstrap interval (`BAND`); else (the default) one line per run, the seeds of a
+      scheme in its colour, line style and marker (`scheme_style`).
 
   Returns:
     A Figure, or None if `curves` has no training loss. Every line's gid is its run (its label
@@ -708,7 +721,7 @@ def fig_training_curves(curves, mean: bool = False):
   legend_ax.axis("off")
   handles = [Line2D([], [], markersize=5, **_style(label, []))
              for label in labels]
-  what = "mean over seeds, band = min..max" if mean else "one line per run, seeds share a style"
+  what = f"mean over seeds, {BAND}" if mean else "one line per run, seeds share a style"
   legend_ax.legend(handles, labels, loc="center", fontsize=LEGEND_FONTSIZE,
                    ncol=1 if len(labels) <= 12 else 2, title=what,
                    title_fontsize=LEGEND_FONTSIZE)
@@ -777,7 +790,7 @@ def fig_context_extension(frame, protocol: str = "non_overlapping"):
   """Context extension: perplexity vs length of the parents as trained, each recipe's
   fine-tuned children (solid), each method applied to the parents at evaluation only (dashed,
   in its recipe's colour) and the from-scratch references of other schemes (grey, dotted); mean
-  over seeds (parents), band = min..max; the parents' train_len and the fine-tuning length
+  over seeds (parents), `BAND`; the parents' train_len and the fine-tuning length
   marked. One panel per training mix (`_training_mixes`).
 
   Returns:
@@ -814,14 +827,14 @@ def fig_context_extension(frame, protocol: str = "non_overlapping"):
     if title:
       ax.set_title(title, fontsize=9)
   fig.suptitle(f"Context extension ({protocol}): parents, fine-tuned children, eval-only "
-               "controls; mean over seeds, band = min..max", fontsize=9)
+               f"controls; mean over seeds, {BAND}", fontsize=9)
   _legend(fig)
   return fig
 
 
 def fig_fine_tuning_curves(curves, frame):
   """Training loss of the warm-started children against their fine-tuning step, one line per
-  recipe (`method`), mean over its children (one per parent seed), band = min..max; one panel
+  recipe (`method`), mean over its children (one per parent seed), `BAND`; one panel
   per training mix (`_training_mixes`).
 
   Args:
@@ -856,7 +869,7 @@ def fig_fine_tuning_curves(curves, frame):
     ax.grid(True, alpha=0.3)
     if title:
       ax.set_title(title, fontsize=9)
-  fig.suptitle("Fine-tuning curves per recipe; mean over parents' seeds, band = min..max",
+  fig.suptitle(f"Fine-tuning curves per recipe; mean over parents' seeds, {BAND}",
                fontsize=9)
   _legend(fig)
   return fig
