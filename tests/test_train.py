@@ -254,7 +254,8 @@ def test_eval_cli_bad_flags_fail_in_one_line(args, message, tmp_path):
     ("--config.eval.foo=1", "error: a --config override does not match the config "
      "(--config.eval.foo): 'foo'; config.eval has no field 'foo' (its fields: attention, "
      "batch_tokens, extension, factor, length_multipliers, max_tokens_per_length, needle, "
-     "niah_multikey, passkey, position_bins, protocol, split, stride, suites, window)"),
+     "niah_multikey, niah_multiquery, niah_multivalue, passkey, position_bins, protocol, "
+     "split, stride, suites, variable_tracking, window)"),
 ])
 def test_eval_cli_bad_field_fails_in_one_line(override, message, tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
