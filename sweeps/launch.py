@@ -244,7 +244,8 @@ def manifest(study: Study, planned: Sequence[Planned]) -> dict:
   return {
       "study": study.name, "description": study.description, "config": study.config_arg(),
       "common": dict(study.common), "written": datetime.datetime.now().isoformat(timespec="seconds"),
-      "runs": [{"name": p.run.name, "parent": p.run.parent, "config": p.run.child_config,
+      "runs": [{"name": p.run.name, "parent": p.run.parent,
+                "config": p.run.child_config or p.run.base,
                 "overrides": dict(p.run.overrides),
                 "eval_points": [dict(e) for e in p.run.eval_points],
                 "evals": [dict(e.overrides) for e in p.run.evals],

@@ -55,6 +55,15 @@ run lists every child before any parent has trained. The child's name is the rec
 and its arguments after the parent (`_4`), its own fields, then `--` and the parent's name
 (`extend_yarn_4--kind=rope,seed=0`).
 
+**Per-point base configs** (one study over several tasks, each with its own config file). A
+from-scratch point may carry `"@base": "configs/task_mqar.py"`: that file, not `Study.config`, is
+the run's train.py --config, and the study's `common` fields and the point's fields are applied
+to it. The run's name starts with `config=<file stem>`:
+
+  {"@base": "configs/task_mqar.py", "model.position.kind": "rope"}  ->  config=task_mqar,kind=rope
+
+A child's `"@parent"` names such a parent with the same `"@base"` key in the parent's point.
+
 **Run names** are derived from the run's own training fields only, so they are stable when points
 are added: `kind=rope,seed=1`, fields sorted by their short name. A field's short name is its
 alias (`Study.aliases`; `model.position.kind` -> `kind` by default), else the shortest dotted
@@ -95,6 +104,7 @@ DEFAULT_ALIASES = {"model.position.kind": "kind"}
 EVAL_PREFIX = "eval."
 PARENT, CHILD_CONFIG, PLAN_CONFIG, BEFORE = "@parent", "@config", "@plan_config", "@before"
 CHILD_KEYS = (PARENT, CHILD_CONFIG, PLAN_CONFIG, BEFORE)
+BASE = "@base"  # a from-scratch point's own base config (module docstring, "Per-point base configs")
 NOT_FOR_TRAIN = ("eval.extension",)  # train.py evaluates the model as trained: never given these
 # eval.* fields that only change the results of suites with `per_protocol` (perplexity; so they
 # do not make two passkey/needle/algorithmic results differ), and fields that change no result.
@@ -451,6 +461,8 @@ class Run:
     child_config: a child's train.py --config with `{parent}` for the parent's workdir.
     before: a child's commands before training (templates of `{parent}`, `{workdir}`,
       `{python}`), each a tuple of arguments.
+    base: a run's own base config file (its point's "@base", as written there), train.py's
+      --config instead of the study's; None = the study's.
   """
 
   name: str
@@ -462,6 +474,7 @@ class Run:
   parent: str | None = None
   child_config: str | None = None
   before: tuple[tuple[str, ...], ...] = ()
+  base: str | None = None
 
   @property
   def num_steps(self) -> int:
@@ -476,7 +489,10 @@ class Run:
   def train_argv(self, python: str, config_arg: str, workdir: str,
                  parent_workdir: str | None = None) -> list[str]:
     """`python train.py --config=<config_arg> --workdir=<workdir> --config.<field>=...`; a
-    child's --config is its `child_config` with `parent_workdir` for `{parent}`."""
+    child's --config is its `child_config` with `parent_workdir` for `{parent}`; a run with its
+    own `base` uses that file instead of `config_arg`."""
+    if self.base is not None:
+      config_arg = self.base
     if self.child_config is not None:
       config_arg = self.child_config.replace("{parent}", parent_workdir or "{parent}")
     return [python, "train.py", f"--config={config_arg}", f"--workdir={workdir}",
@@ -575,6 +591,7 @@ class Study:
     common_train = {k: v for k, v in common.items() if k not in NOT_FOR_TRAIN}
     common_eval = {k: v for k, v in common.items() if k.startswith(EVAL_PREFIX)}
     shorts = short_names(base, self.aliases)
+    bases: dict[str | None, tuple[str | None, ml_collections.ConfigDict]] = {None: (None, base)}
     groups: dict[str, dict] = {}
     children = []
     for i, point in enumerate(points):
@@ -584,27 +601,33 @@ class Study:
       if any(k in point for k in CHILD_KEYS):
         children.append((i, point))
         continue
-      both = {**common, **point}
+      base_arg, point_base = _point_base(point, bases, f"study {self.name!r}, point {i}")
+      fields = {k: v for k, v in point.items() if k != BASE}
       try:
-        resolved = apply_overrides(base, both)
+        resolved = apply_overrides(point_base, {**common, **fields})
       except StudyError as e:
         raise StudyError(f"study {self.name!r}, point {i} {dict(point)}: {e}") from None
-      train = {k: get_field(resolved, k) for k in point if not k.startswith(EVAL_PREFIX)}
-      evals = {k: get_field(resolved, k) for k in point if k.startswith(EVAL_PREFIX)}
-      ident = json.dumps(train, sort_keys=True, default=repr)
-      group = groups.setdefault(ident, {"train": train, "evals": []})
+      train = {k: get_field(resolved, k) for k in fields if not k.startswith(EVAL_PREFIX)}
+      evals = {k: get_field(resolved, k) for k in fields if k.startswith(EVAL_PREFIX)}
+      ident = _ident(base_arg, train)
+      group = groups.setdefault(ident, {"train": train, "evals": [], "base": base_arg})
       if evals not in group["evals"]:
         group["evals"].append(evals)
     runs, names = [], {}
     for group in groups.values():
       name = run_name(group["train"], shorts)
+      if group["base"] is not None:
+        stem = os.path.splitext(os.path.basename(group["base"]))[0]
+        name = f"config={stem}" + (f",{name}" if group["train"] else "")
+        name = re.sub(r"[^A-Za-z0-9._+=,-]", "_", name)
       if name in names:
         raise StudyError(f"study {self.name!r}: runs {names[name]} and {group['train']} have "
                          f"the same name {name!r}; change a value or Study.aliases")
       names[name] = group["train"]
       overrides = {**common_train, **group["train"]}
-      config = apply_overrides(base, overrides)
-      runs.append(_plan_run(name, overrides, config, common_eval, group["evals"]))
+      config = apply_overrides(bases[group["base"]][1], overrides)
+      run = _plan_run(name, overrides, config, common_eval, group["evals"])
+      runs.append(dataclasses.replace(run, base=group["base"]))
     by_ident = {ident: run for ident, run in zip(groups, runs)}
     child_groups: dict[str, list] = {}  # a child's points that differ only in eval.* fields
     for i, point in children:
@@ -641,10 +664,11 @@ class Study:
     if not isinstance(parent_point, Mapping) or any(k in parent_point for k in CHILD_KEYS):
       raise StudyError(f"{where}: {PARENT!r} must be the parent's point (a dict of its training "
                        f"fields, the parent a run from scratch); got {parent_point!r}")
-    resolved = apply_overrides(base, {**common, **parent_point})
-    ident = json.dumps({k: get_field(resolved, k) for k in parent_point
-                        if not k.startswith(EVAL_PREFIX)}, sort_keys=True, default=repr)
-    parent = by_ident.get(ident)
+    base_arg, parent_base = _point_base(parent_point, {None: (None, base)}, where)
+    parent_fields = {k: v for k, v in parent_point.items() if k != BASE}
+    resolved = apply_overrides(parent_base, {**common, **parent_fields})
+    parent = by_ident.get(_ident(base_arg, {k: get_field(resolved, k) for k in parent_fields
+                                            if not k.startswith(EVAL_PREFIX)}))
     if parent is None:
       raise StudyError(f"{where}: its parent {dict(parent_point)} is not a run of the study "
                        f"(add its point)")
@@ -686,6 +710,36 @@ class Study:
     run = _plan_run(name, train, config, {}, eval_points)
     return dataclasses.replace(run, parent=parent.name, child_config=point[CHILD_CONFIG],
                                before=tuple(tuple(c) for c in before))
+
+
+def _ident(base_arg: str | None, train: Mapping[str, Any]) -> str:
+  """What makes two from-scratch points one run: their base config and training fields."""
+  return json.dumps({BASE: base_arg, **train}, sort_keys=True, default=repr)
+
+
+def _point_base(point: Mapping[str, Any], cache: dict, where: str
+                ) -> tuple[str | None, ml_collections.ConfigDict]:
+  """(train.py's --config for the point's "@base", that config) or (None, the study's base
+  config, `cache[None]`); `cache` maps --config values to (value, config) and is filled here.
+
+  Raises:
+    StudyError: an "@base" that is not a string naming an existing config file, or whose
+      get_config fails.
+  """
+  if BASE not in point:
+    return cache[None]
+  value = point[BASE]
+  if not isinstance(value, str) or not value.endswith(".py"):
+    raise StudyError(f"{where}: {BASE!r} must be a config file path (e.g. "
+                     f"'configs/task_mqar.py'); got {value!r}")
+  path = os.path.abspath(value if os.path.isabs(value) else os.path.join(REPO_ROOT, value))
+  rel = os.path.relpath(path, REPO_ROOT)
+  arg = path if rel.startswith("..") else rel  # relative in the repository: remote checkouts
+  if arg not in cache:
+    if not os.path.isfile(path):
+      raise StudyError(f"{where}: {BASE!r} config file {value!r} does not exist")
+    cache[arg] = (arg, load_config_file(path))
+  return cache[arg]
 
 
 def _child_config(template: str, plan_template: str | None, parent: Run,

@@ -633,3 +633,49 @@ def test_context_extension_figure_pairs_each_method_with_its_eval_only_control()
   passkey = {l.get_label(): l for l in fig.axes[1].get_lines()}
   assert passkey["pi (fine-tuned)"].get_data()[1][1] == pytest.approx(14.0)
   assert "alibi (from scratch, reference)" not in passkey
+
+
+def test_points_with_their_own_base_config_train_from_that_file(tmp_path):
+  from sweeps import synthetic_tasks_cpu
+  runs = synthetic_tasks_cpu.STUDY.runs()
+  assert [r.name for r in runs[:4]] == [
+      "config=niah_multikey_tiny,kind=none", "config=niah_multikey_tiny,kind=alibi",
+      "config=niah_multikey_tiny,kind=rope", "config=task_addition_grid,kind=none"]
+  assert len(runs) == 12 and len({r.name for r in runs}) == 12
+  by_name = {r.name: r for r in runs}
+  mqar = by_name["config=task_mqar,kind=rope"]
+  assert mqar.train_argv("py", "configs/unused.py", "w") == [
+      "py", "train.py", "--config=configs/task_mqar.py", "--workdir=w",
+      "--config.model.position.kind=rope"]
+  # Each run's config is its own file's, with the point's fields on top.
+  assert (mqar.config.data.task.name, mqar.config.data.train_len) == ("mqar", 35)
+  niah = by_name["config=niah_multikey_tiny,kind=alibi"]
+  assert niah.config.model.position.kind == "alibi" and niah.config.data.train_len == 512
+  assert [k.suite for k in niah.train_results] == ["ppl_vs_length", "loss_by_position",
+                                                   "niah_multikey"]
+  grid = by_name["config=task_addition_grid,kind=none"]
+  assert grid.config.data.task.name == "addition_grid" and grid.base == "configs/task_addition_grid.py"
+  assert by_name["config=task_flip_flop,kind=alibi"].config.train.num_steps == 1500
+  # Every run passes the pre-flight of train.py, and the manifest names each run's file.
+  planned = launch.plan(synthetic_tasks_cpu.STUDY, str(tmp_path), num_devices=1,
+                        read_state=False)
+  assert launch.manifest(synthetic_tasks_cpu.STUDY, planned)["runs"][-1]["config"] == \
+      "configs/task_flip_flop.py"
+  # The same fields on two bases are two runs; on one base, one run with two evaluation points.
+  two = Study("two", "configs/alibi_tiny.py", lambda: [
+      {"seed": 1}, {"@base": "configs/passkey_tiny.py", "seed": 1},
+      {"@base": "configs/passkey_tiny.py", "seed": 1, "eval.protocol": "sliding"}]).runs()
+  assert [r.name for r in two] == ["seed=1", "config=passkey_tiny,seed=1"]
+  assert two[0].base is None and two[0].config.data.passkey.fraction == 0
+  assert two[1].config.data.passkey.fraction == 0.75 and len(two[1].eval_points) == 2
+  # A child's parent with its own base is found through the same "@base".
+  kids = Study("kids", "configs/alibi_tiny.py", lambda: [
+      {"@base": "configs/passkey_tiny.py", "seed": 0},
+      {"@parent": {"@base": "configs/passkey_tiny.py", "seed": 0},
+       "@config": "configs/extend_pi.py:{parent},2"}]).runs()
+  assert kids[1].parent == "config=passkey_tiny,seed=0"
+  for bad, message in (("configs/nope.py", "'@base' config file 'configs/nope.py' does not exist"),
+                       (3, "'@base' must be a config file path")):
+    with pytest.raises(StudyError, match="point 0") as e:
+      Study("b", "configs/alibi_tiny.py", lambda: [{"@base": bad, "seed": 0}]).runs()
+    assert message in str(e.value)
