@@ -63,7 +63,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Retrieval-format training mix (data/ruler.py training_documents): prompts of one suite of
   # eval/needle.py, in its eval.<suite> format, with their answers, over the training text.
   c.data.retrieval_mix = ml_collections.ConfigDict()
-  c.data.retrieval_mix.suite = ""  # needle | niah_multikey | niah_multivalue | niah_multiquery | variable_tracking.
+  c.data.retrieval_mix.suite = ""  # needle | niah_multikey | niah_multivalue | niah_multiquery | variable_tracking
+                                   # | common_words | frequent_words.
   c.data.retrieval_mix.fraction = 0.0  # share of training windows made of those prompts, [0, 1); 0 = none.
   c.data.retrieval_mix.seed = 0  # seed of the prompts' lengths, depths, keys and values.
 
@@ -190,6 +191,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.needle.threshold = 0.9  # a length passes with accuracy >= this, and so must every shorter one.
   c.eval.needle.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
   c.eval.needle.preamble = True  # prompts open with RULER's task description (136 tokens + newline).
+  c.eval.needle.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
   c.eval.needle.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.needle.value_digits = 7  # digits of the needle's value, 1..18 (RULER: 7).
   # Multi-key needle grid (data/ruler.py; RULER niah_multikey): the needle among num_keys - 1
@@ -201,6 +203,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.niah_multikey.threshold = 0.9  # a length passes with accuracy >= this, and every shorter one.
   c.eval.niah_multikey.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
   c.eval.niah_multikey.preamble = True  # prompts open with RULER's task description.
+  c.eval.niah_multikey.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
   c.eval.niah_multikey.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.niah_multikey.value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
   c.eval.niah_multikey.num_keys = 4  # needles per prompt, the target included, 2..64 (RULER: 4).
@@ -215,6 +218,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval[suite].threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
     c.eval[suite].max_new_tokens = 48  # greedy tokens; >= 5 + count x (value_digits + 2).
     c.eval[suite].preamble = True  # prompts open with RULER's task description.
+    c.eval[suite].fewshot = 0  # solved demonstrations before each prompt, 0..8.
     c.eval[suite].haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
     c.eval[suite].value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
     c.eval[suite][field] = 4  # needles (values of the one key / keys asked), 2..64 (RULER: 4).
@@ -227,9 +231,31 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.variable_tracking.threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
   c.eval.variable_tracking.max_new_tokens = 36  # greedy tokens after the prompt; >= 1 + 7 (hops + 1).
   c.eval.variable_tracking.preamble = True  # prompts open with RULER's task description.
+  c.eval.variable_tracking.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
   c.eval.variable_tracking.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.variable_tracking.num_chains = 1  # chains per prompt, the queried one included (RULER: 1).
   c.eval.variable_tracking.num_hops = 4  # aliases per chain; num_hops + 1 variables (RULER: 4).
+  # Common and frequent words extraction (data/ruler_words.py; RULER cwe / fwe): counting over
+  # the whole context, no needle and no depth (accuracy vs length), scored by recall of every word.
+  c.eval.common_words = ml_collections.ConfigDict()
+  c.eval.common_words.trials = 10  # prompts (random words and order) per length.
+  c.eval.common_words.seed = 0  # seed of the prompts: same prompts for every scheme and checkpoint.
+  c.eval.common_words.threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
+  c.eval.common_words.max_new_tokens = 36  # greedy tokens; >= num_common x 11 + 2 (" 10. " and a word).
+  c.eval.common_words.preamble = True  # prompts open with RULER's task description.
+  c.eval.common_words.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
+  c.eval.common_words.num_common = 3  # words to report, 1..32 (RULER: 10).
+  c.eval.common_words.common_repeats = 6  # times each common word is listed (RULER: 30; 6 below 4K).
+  c.eval.common_words.uncommon_repeats = 1  # times each other word is listed, < common_repeats (RULER: 3; 1).
+  c.eval.frequent_words = ml_collections.ConfigDict()
+  c.eval.frequent_words.trials = 10  # prompts (random coded words and order) per length.
+  c.eval.frequent_words.seed = 0  # seed of the prompts: same prompts for every scheme and checkpoint.
+  c.eval.frequent_words.threshold = 0.9  # a length passes with mean recall >= this, and every shorter one.
+  c.eval.frequent_words.max_new_tokens = 24  # greedy tokens; >= 3 x (word_letters + 1) + 2.
+  c.eval.frequent_words.preamble = True  # prompts open with RULER's task description.
+  c.eval.frequent_words.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
+  c.eval.frequent_words.alpha = 2.0  # Zipf exponent of the word counts, > 1 (RULER: 2.0).
+  c.eval.frequent_words.word_letters = 6  # letters per coded word, 2..12 (RULER: 6).
   # Attention diagnostics (eval/attention_stats.py): entropy and sink mass per layer and head at
   # every eval length, on the first window (from the BOS) of this many documents of eval.split.
   c.eval.attention = ml_collections.ConfigDict()

@@ -11,7 +11,7 @@ from typing import Any
 
 from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list, positive_int
 from data import corpora, position_samplers, tasks
-from data import ruler
+from data import ruler, ruler_words
 from data.passkey import check_retrieval
 from data.tokenizers import get_tokenizer
 from eval import suites as suites_registry
@@ -74,6 +74,7 @@ def validate(config, num_devices: int) -> None:
   if config.data.get("task") is not None:  # data.task: the algorithmic task, if any
     tasks.check_config(config.data.task, config.data.train_len)
   check_retrieval(config)  # data.passkey, eval.passkey, eval.needle (data/passkey.py, eval/needle.py)
+  ruler_words.check_config(config)  # eval.common_words, eval.frequent_words (data/ruler_words.py)
   ruler.check_mix(config)  # data.retrieval_mix (data/ruler.py)
   t = config.train
   if not t.learning_rate > 0:

@@ -80,7 +80,8 @@ MAX_DIGITS = 18  # keys are drawn as int64 numbers
 MAX_NEEDLE_KEYS = 64  # needles per niah_multikey prompt (data/ruler.py; RULER uses 4)
 # separate seed streams for the prompt families (data/ruler.py adds the multi-key needle's)
 _SUITE_IDS = {"passkey": 0, "needle": 1, "niah_multikey": 2, "variable_tracking": 3,
-              "niah_multivalue": 4, "niah_multiquery": 5}
+              "niah_multivalue": 4, "niah_multiquery": 5, "common_words": 6,
+              "frequent_words": 7}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,8 @@ def cell_rng(seed: int, suite: str, length: int, depth: float, trial: int) -> np
 
   Raises:
     ValueError: unknown suite (not one of _SUITE_IDS: passkey, needle, niah_multikey,
-      variable_tracking, niah_multivalue, niah_multiquery), or a negative seed/length/trial.
+      variable_tracking, niah_multivalue, niah_multiquery, common_words, frequent_words), or a
+      negative seed/length/trial.
   """
   if suite not in _SUITE_IDS:
     raise ValueError(f"suite must be one of {sorted(_SUITE_IDS)}; got {suite!r}")
@@ -628,7 +630,8 @@ def check_retrieval(config) -> None:
     ConfigError: naming the first bad field and its allowed values: data.passkey.fraction
       outside [0, 1); a seed that is not an integer >= 0; a preamble that is not a bool;
       key_digits / value_digits outside 1..18; num_keys / num_values / num_queries outside
-      2..64; num_chains / num_hops outside 1..64; depths not a non-empty
+      2..64; num_chains / num_hops outside 1..64; fewshot outside 0..MAX_FEWSHOT; depths not a
+      non-empty
       list of numbers in [0, 1]; trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
       space and the character after the number); or, with data.passkey.fraction > 0, a passkey
       training document that cannot fit in data.train_len tokens, or an algorithmic task.
@@ -662,6 +665,8 @@ def check_retrieval(config) -> None:
     if suite != "passkey" and e.get("haystack", "text") not in ("text", "noise"):
       raise ConfigError(f"{prefix}.haystack must be 'text' (held-out text of eval.split) or "
                         f"'noise' (RULER's noise sentences); got {e.haystack!r}")
+    if suite != "passkey":
+      check_fewshot(e, prefix)
     if suite == "variable_tracking":
       _check_variable_tracking(e, prefix)
       digits, digits_name = None, ""
@@ -708,6 +713,21 @@ def check_retrieval(config) -> None:
       raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {digits + 2} "
                         f"({digits_name} + 2: a leading space, the digits and the character "
                         f"after them); got {e.max_new_tokens!r}")
+
+
+MAX_FEWSHOT = 8  # demonstrations before a retrieval prompt (data/ruler.py FewShotPrompts)
+
+
+def check_fewshot(section, prefix: str) -> None:
+  """Checks <prefix>.fewshot (absent in older configs: 0).
+
+  Raises:
+    ConfigError: not an integer in [0, MAX_FEWSHOT].
+  """
+  shots = section.get("fewshot", 0)
+  if not _integer(shots) or not 0 <= shots <= MAX_FEWSHOT:
+    raise ConfigError(f"{prefix}.fewshot must be an integer in [0, {MAX_FEWSHOT}] (solved "
+                      f"demonstrations before each prompt); got {shots!r}")
 
 
 VT_NAME_LETTERS = 5  # letters per variable name of variable tracking (data/ruler.py)

@@ -25,6 +25,7 @@ documents only (`cell`): byte-identical for every scheme and checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +36,7 @@ from data.passkey import (KEY_ADJECTIVES, KEY_NOUNS, MAX_NEEDLE_KEYS, NEEDLE_QUE
                           NEEDLE_TEMPLATE, PASSKEY_FILLER, VT_NAME_LETTERS, NeedlePrompts,
                           RetrievalPrompt, _ids, _snap, block_documents, cell_rng,
                           random_digits)
+from data import ruler_words
 from data.tokenizers import ByteTokenizer, get_tokenizer
 
 KEYS = tuple(f"{a}-{n}" for a in KEY_ADJECTIVES for n in KEY_NOUNS)  # 576 distinct keys
@@ -430,7 +432,7 @@ class VariableTrackingPrompts(NeedlePrompts):
 NOISE_HAYSTACK = " ".join(PASSKEY_FILLER) + "\n"
 MULTI_COUNT_FIELD = {"niah_multivalue": "num_values", "niah_multiquery": "num_queries"}
 BUILDER_SUITES = ("needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
-                  "variable_tracking")
+                  "variable_tracking", *ruler_words.SUITES)
 
 
 def uses_noise(section) -> bool:
@@ -455,23 +457,104 @@ def builder(suite: str, section, tokenizer: ByteTokenizer, docs: Sequence[Docume
     docs = [Document("noise", NOISE_HAYSTACK.encode())]
   n = section
   if suite == "needle":
-    return NeedlePrompts(tokenizer, docs, preamble=n.preamble, value_digits=n.value_digits)
-  if suite == "niah_multikey":
-    return MultiKeyNeedlePrompts(tokenizer, docs, num_keys=n.num_keys, preamble=n.preamble,
-                                 value_digits=n.value_digits)
-  if suite in MULTI_COUNT_FIELD:
-    return MultiNeedlePrompts(tokenizer, docs, mode=suite, count=n[MULTI_COUNT_FIELD[suite]],
-                              preamble=n.preamble, value_digits=n.value_digits)
-  if suite == "variable_tracking":
-    return VariableTrackingPrompts(tokenizer, docs, num_chains=n.num_chains,
-                                   num_hops=n.num_hops, preamble=n.preamble)
-  raise ValueError(f"suite must be one of {BUILDER_SUITES}; got {suite!r}")
+    prompts = NeedlePrompts(tokenizer, docs, preamble=n.preamble, value_digits=n.value_digits)
+  elif suite == "niah_multikey":
+    prompts = MultiKeyNeedlePrompts(tokenizer, docs, num_keys=n.num_keys, preamble=n.preamble,
+                                    value_digits=n.value_digits)
+  elif suite in MULTI_COUNT_FIELD:
+    prompts = MultiNeedlePrompts(tokenizer, docs, mode=suite, count=n[MULTI_COUNT_FIELD[suite]],
+                                 preamble=n.preamble, value_digits=n.value_digits)
+  elif suite == "variable_tracking":
+    prompts = VariableTrackingPrompts(tokenizer, docs, num_chains=n.num_chains,
+                                      num_hops=n.num_hops, preamble=n.preamble)
+  elif suite in ruler_words.SUITES:  # no haystack: the word list is the context
+    prompts = ruler_words.builder(suite, section, tokenizer)
+  else:
+    raise ValueError(f"suite must be one of {BUILDER_SUITES}; got {suite!r}")
+  return _with_fewshot(prompts, suite, section, tokenizer)
 
 
-def answer_text(prompt: RetrievalPrompt) -> str:
-  """What follows a prompt in a training document: " v." for one number, " a, b, and c." for
-  several values (the multi-needle suites), "A, B, C" for variable names (variable tracking,
-  whose answer prefix already ends with "they are: ")."""
+def _with_fewshot(prompts, suite: str, section, tokenizer: ByteTokenizer):
+  """`prompts`, or FewShotPrompts over them when eval.<suite>.fewshot > 0."""
+  shots = int(section.get("fewshot", 0))
+  return FewShotPrompts(prompts, suite, tokenizer, shots) if shots else prompts
+
+
+FEWSHOT_SEED = 1_000_033  # the demonstrations' seed offset, apart from the prompts' own
+
+
+class FewShotPrompts:
+  """Prompts of any builder preceded by `shots` solved demonstrations of the same format (RULER's
+  few-shot examples for base models: the task template filled in, with its answer, before the
+  real prompt; its cwe and vt use one).
+
+  Layout, exactly `length` tokens::
+
+    BOS demo_1 answer_1 "\n" ... demo_s answer_s "\n" prompt (its BOS dropped)
+
+  Demonstration i of a cell is `prompts.cell(prompts.min_length, 0.5, trial, seed +
+  FEWSHOT_SEED + i)` (the shortest prompt of the format, so no haystack, with other keys, values
+  or words) followed by its answer (`answer_text`) and a newline; the prompt is
+  `prompts.cell(length - D, depth, trial, seed)` with D the demonstrations' tokens. The answer
+  spans (needle_start/end, distractors) are shifted by D; actual_depth stays the depth inside
+  the prompt's own haystack.
+
+  Args:
+    prompts: a builder (cell, min_length; other attributes are forwarded).
+    suite: its suite (for the answers' format).
+    tokenizer: the tokenizer.
+    shots: demonstrations, >= 1.
+
+  Raises:
+    ValueError: shots < 1.
+  """
+
+  def __init__(self, prompts, suite: str, tokenizer: ByteTokenizer, shots: int):
+    if not isinstance(shots, int) or isinstance(shots, bool) or shots < 1:
+      raise ValueError(f"shots must be an integer >= 1; got {shots!r}")
+    self.prompts, self.suite, self.tokenizer, self.shots = prompts, suite, tokenizer, shots
+    self._newline = _ids(tokenizer, "\n")
+    self._demo_len = len(self._demo(0, 0, 0))
+
+  def __getattr__(self, name):  # haystack, preamble, ... of the wrapped builder
+    return getattr(self.prompts, name)
+
+  def _demo(self, trial: int, seed: int, i: int) -> np.ndarray:
+    demo = self.prompts.cell(self.prompts.min_length, 0.5, trial, seed + FEWSHOT_SEED + i)
+    return np.concatenate([demo.tokens[1:], _ids(self.tokenizer, answer_text(demo, self.suite)),
+                           self._newline])
+
+  @property
+  def min_length(self) -> int:
+    """The wrapped builder's min_length plus the demonstrations' tokens."""
+    return self.prompts.min_length + self.shots * self._demo_len
+
+  def cell(self, length: int, depth: float, trial: int, seed: int) -> RetrievalPrompt:
+    """The prompt of one cell's trial with its demonstrations first (class docstring).
+
+    Raises:
+      ValueError: a length below min_length.
+    """
+    demos = [self._demo(trial, seed, i) for i in range(self.shots)]
+    shift = sum(map(len, demos))
+    if length - shift < self.prompts.min_length:
+      raise ValueError(f"a {self.suite} prompt with {self.shots} demonstration(s) needs at "
+                       f"least {self.min_length} tokens; got length {length}")
+    inner = self.prompts.cell(length - shift, depth, trial, seed)
+    tokens = np.concatenate([inner.tokens[:1], *demos, inner.tokens[1:]]).astype(np.int32)
+    return dataclasses.replace(
+        inner, tokens=tokens, needle_start=inner.needle_start + shift,
+        needle_end=inner.needle_end + shift,
+        distractors=tuple((k, v, start + shift) for k, v, start in inner.distractors))
+
+
+def answer_text(prompt: RetrievalPrompt, suite: str = "") -> str:
+  """What follows a prompt of `suite` in a training document: " v." for one number, " a, b, and
+  c." for several values (the multi-needle suites), "A, B, C" for variable names (variable
+  tracking, whose answer prefix already ends with "they are: "), the word suites' answers as
+  data/ruler_words.py `answer_text` writes them."""
+  if suite in ruler_words.SUITES:
+    return ruler_words.answer_text(prompt, suite)
   if not prompt.answers:
     return f" {prompt.answer}."
   if prompt.answers[0].isdigit():
@@ -491,7 +574,8 @@ def mix_format(config, tokenizer: ByteTokenizer, docs: Sequence[Document]):
   """
   suite = config.data.retrieval_mix.suite
   prompts = builder(suite, config.eval[suite], tokenizer, docs)
-  answer_len = len(_ids(tokenizer, answer_text(prompts.cell(prompts.min_length, 0.0, 0, 0))))
+  answer_len = len(_ids(tokenizer, answer_text(prompts.cell(prompts.min_length, 0.0, 0, 0),
+                                                suite)))
   n_min = prompts.min_length + answer_len
   if n_min > config.data.train_len:
     raise ValueError(f"a {suite} training document needs at least {n_min} tokens; "
@@ -527,7 +611,7 @@ def training_documents(train_docs: Sequence[Document], config,
     n = int(rng.integers(n_min, left + 1))
     depth, trial = float(rng.random()), int(rng.integers(2 ** 31))
     prompt = prompts.cell(n - answer_len, depth, trial, seed)
-    return (tokenizer.decode_bytes(prompt.tokens[1:]) + answer_text(prompt).encode(),
+    return (tokenizer.decode_bytes(prompt.tokens[1:]) + answer_text(prompt, mix.suite).encode(),
             prompt.length + answer_len)
 
   return list(train_docs) + block_documents(

@@ -1,8 +1,9 @@
 """Passkey and needle retrieval: accuracy on a grid of context lengths x needle depths.
 
 Protocol (every suite: passkey, needle, niah_multikey, niah_multivalue, niah_multiquery,
-variable_tracking; prompts from data/passkey.py and, for RULER's multi-needle suites and
-variable tracking, data/ruler.py):
+variable_tracking, common_words, frequent_words; prompts from data/passkey.py and, for RULER's
+multi-needle suites and variable tracking, data/ruler.py; for RULER's word extraction,
+data/ruler_words.py, whose prompts have no needle and so no depth axis: one column per length):
 
   grid      lengths: the run's evaluation lengths, round(m * data.train_len) tokens for m in
             eval.length_multipliers (BOS included; the prompt is exactly that long); depths:
@@ -53,16 +54,18 @@ from tqdm import tqdm
 
 from configs.errors import ConfigError, eval_lengths
 from data import passkey as prompts_lib
-from data import ruler
+from data import ruler, ruler_words
 from data.passkey import check_retrieval
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
 
 SUITES = ("passkey", "needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
-          "variable_tracking")
-HAYSTACK_SUITES = SUITES[1:]  # held-out text of eval.split as the haystack
+          "variable_tracking", *ruler_words.SUITES)
+HAYSTACK_SUITES = SUITES[1:6]  # held-out text of eval.split (or RULER's noise) as the haystack
+DEPTHLESS_SUITES = ruler_words.SUITES  # no needle: one column per length, no depth axis
 # Scored by `recall_all` (every reference), the others by `is_correct` (one number).
-RECALL_ALL_SUITES = ("niah_multivalue", "niah_multiquery", "variable_tracking")
+RECALL_ALL_SUITES = ("niah_multivalue", "niah_multiquery", "variable_tracking",
+                     *ruler_words.SUITES)
 MULTI_COUNT_FIELD = ruler.MULTI_COUNT_FIELD
 SCORING = ("exact match: the greedy continuation, cut at its first special token (BOS/EOS/PAD), "
            "is decoded as UTF-8; its first maximal run of ASCII digits [0-9]+ must equal the "
@@ -86,6 +89,10 @@ SOURCES = {
                        "num_queries keys asked at once; data/ruler.py)",
     "variable_tracking": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.2 (vt: every "
                          "variable of a chain of assignments; data/ruler.py)",
+    "common_words": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.3 (cwe: the most common "
+                    "words of a numbered list; data/ruler_words.py)",
+    "frequent_words": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.3 (fwe: the most "
+                      "frequent coded words of a Zipf-distributed text; data/ruler_words.py)",
 }
 
 
@@ -152,6 +159,7 @@ def settings(config, suite: str):
   if suite not in SUITES:
     raise ConfigError(f"retrieval suite {suite!r} is not supported; choose one of {list(SUITES)}")
   check_retrieval(config)
+  ruler_words.check_config(config)
   return config.eval[suite]
 
 
@@ -178,6 +186,8 @@ def prompt_builder(config, suite: str, tokenizer: ByteTokenizer,
   if suite == "passkey":
     p = config.data.passkey
     return prompts_lib.PasskeyPrompts(tokenizer, preamble=p.preamble, key_digits=p.key_digits)
+  if suite in DEPTHLESS_SUITES:  # no haystack
+    return ruler.builder(suite, config.eval[suite], tokenizer, ())
   if not uses_noise(config, suite) and not any(d.data for d in haystack_docs):
     raise ConfigError(f"the {suite} suite needs held-out documents; eval.split="
                       f"{config.eval.split!r} has none")
@@ -212,7 +222,9 @@ def check_suite(config, suite: str, docs, tokenizer: ByteTokenizer):
                          "niah_multivalue": " or lower eval.niah_multivalue.num_values",
                          "niah_multiquery": " or lower eval.niah_multiquery.num_queries",
                          "variable_tracking": " or lower eval.variable_tracking.num_chains / "
-                                              "num_hops"}.get(suite, ""))
+                                              "num_hops",
+                         "common_words": " or lower eval.common_words.num_common / "
+                                         "common_repeats"}.get(suite, ""))
   return builder
 
 
@@ -323,12 +335,14 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
   Returns:
     The result dict (module docstring): lengths, depths, per-cell accuracy and outputs, per
     length accuracy, the accuracy matrix [length][depth] (None = skipped) and
-    max_length_passing.
+    max_length_passing. A suite of DEPTHLESS_SUITES has "depths": None, one cell per length
+    (its "depth" None) and a [length][1] matrix.
   """
   s = config.eval[suite]
   skip = dict(skip or {})
   lengths = eval_lengths(config)
-  depths = [float(d) for d in s.depths]
+  depthless = suite in DEPTHLESS_SUITES
+  depths = [0.0] if depthless else [float(d) for d in s.depths]
   run = [L for L in lengths if L not in skip]
   prompts = grid_prompts(builder, run, depths, s.trials, s.seed)
   cells, rows, matrix = [], [], []
@@ -341,8 +355,8 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
         rows.append({"length": length, "multiplier": multiplier, "accuracy": None, "correct": 0,
                      "prompts": 0, "skipped": skip[length]})
         matrix.append([None] * len(depths))
-        cells += [{"length": length, "depth": d, "accuracy": None, "correct": 0, "trials": 0,
-                   "skipped": skip[length]} for d in depths]
+        cells += [{"length": length, "depth": None if depthless else d, "accuracy": None,
+                   "correct": 0, "trials": 0, "skipped": skip[length]} for d in depths]
         continue
       flat = [p for per_depth in prompts[length] for p in per_depth]
       batch = max(1, config.eval.batch_tokens // (length + s.max_new_tokens))
@@ -355,9 +369,9 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
           text = continuation_text(tokenizer, generated[i * s.trials + t])
           score = recall_all(text, p.answers) if p.answers else float(is_correct(text, p.answer))
           outputs.append({"answer": p.answer, "key": p.key, "output": text,
-                          "correct": score == 1.0, "score": score,
-                          "actual_depth": p.actual_depth, "needle_start": p.needle_start,
-                          "distance_to_end": length - p.needle_start})
+                          "correct": score == 1.0, "score": score} | ({} if depthless else {
+                              "actual_depth": p.actual_depth, "needle_start": p.needle_start,
+                              "distance_to_end": length - p.needle_start}))
           if p.distractors:  # which other needle, if any, the model answered with
             answered = first_digit_run(text)
             outputs[-1]["distractors"] = [{"key": k, "value": v, "needle_start": start}
@@ -368,10 +382,11 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
         row_correct += correct
         row_score += sum(o["score"] for o in outputs)
         accs.append(float(np.mean([o["score"] for o in outputs])))
-        cells.append({"length": length, "depth": depth, "accuracy": accs[-1],
-                      "correct": correct, "trials": len(outputs),
-                      "mean_actual_depth": float(np.mean([o["actual_depth"] for o in outputs])),
+        cells.append({"length": length, "depth": None if depthless else depth,
+                      "accuracy": accs[-1], "correct": correct, "trials": len(outputs),
                       "outputs": outputs})
+        if not depthless:
+          cells[-1]["mean_actual_depth"] = float(np.mean([o["actual_depth"] for o in outputs]))
         if "distractors" in outputs[0]:
           cells[-1]["answered_distractor"] = sum(o["answered_distractor"] is not None
                                                  for o in outputs)
@@ -381,7 +396,8 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
                    "prompts": len(flat)})
   return {
       "suite": suite, "train_len": config.data.train_len, "lengths": lengths,
-      "multipliers": [L / config.data.train_len for L in lengths], "depths": depths,
+      "multipliers": [L / config.data.train_len for L in lengths],
+      "depths": None if depthless else depths,
       "trials": s.trials, "seed": s.seed, "threshold": s.threshold,
       "max_new_tokens": s.max_new_tokens, "source": SOURCES[suite],
       "scoring": SCORING_ALL if suite in RECALL_ALL_SUITES else SCORING,
@@ -392,7 +408,15 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
 
 
 def prompt_format(suite: str, config, builder) -> dict:
-  """The prompt's format fields and template strings (recorded in the result)."""
+  """The prompt's format fields and template strings (recorded in the result), with the number
+  of solved demonstrations before each prompt (`fewshot`, data/ruler.py FewShotPrompts)."""
+  out = _prompt_format(suite, config, builder)
+  if suite != "passkey":
+    out["fewshot"] = int(config.eval[suite].get("fewshot", 0))
+  return out
+
+
+def _prompt_format(suite: str, config, builder) -> dict:
   if suite == "passkey":
     p = config.data.passkey
     return {"preamble": p.preamble, "key_digits": p.key_digits, "min_length": builder.min_length,
@@ -401,6 +425,8 @@ def prompt_format(suite: str, config, builder) -> dict:
             "needle": prompts_lib.PASSKEY_NEEDLE, "question": prompts_lib.PASSKEY_QUESTION,
             "layout": "[preamble\\n]filler[:b]\\nneedle\\nfiller[:F-b]\\nquestion"}
   n = config.eval[suite]
+  if suite in DEPTHLESS_SUITES:
+    return ruler_words.prompt_format(suite, n, builder)
   if suite == "variable_tracking":
     return {"preamble": n.preamble, "num_chains": n.num_chains, "num_hops": n.num_hops,
             "min_length": builder.min_length, "preamble_text": ruler.VT_PREAMBLE,
@@ -427,6 +453,6 @@ def prompt_format(suite: str, config, builder) -> dict:
   return out
 
 
-__all__ = ["HAYSTACK_SUITES", "RECALL_ALL_SUITES", "SUITES", "continuation_text", "evaluate_grid",
+__all__ = ["DEPTHLESS_SUITES", "HAYSTACK_SUITES", "RECALL_ALL_SUITES", "SUITES", "continuation_text", "evaluate_grid",
            "first_digit_run", "generate_batched", "grid_prompts", "is_correct",
            "max_length_passing", "prompt_builder", "prompt_format", "recall_all", "skip_reasons"]

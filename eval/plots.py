@@ -129,6 +129,9 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   variable_tracking the mean recall of the chain's names); skipped lengths
   are grey and marked "skip"; a dashed line follows the last column at or below train_len.
 
+  A suite without a depth axis ("depths" None: common_words, frequent_words) is drawn as mean
+  recall vs length instead, skipped lengths marked on the axis.
+
   Args:
     result: a passkey / needle result dict (eval/needle.py): needs "suite", "lengths",
       "depths", "accuracy" ([length][depth], None = skipped), "train_len", and optionally
@@ -137,6 +140,9 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   """
   import numpy as np  # local: this module otherwise needs matplotlib only
 
+  if result.get("depths") is None:  # a suite without a needle (common_words, frequent_words)
+    _plot_accuracy_vs_length(result, path)
+    return
   lengths, depths = result["lengths"], result["depths"]
   acc = np.array([[np.nan if a is None else a for a in row] for row in result["accuracy"]],
                  dtype=float).reshape(len(lengths), len(depths)).T  # [depth, length]
@@ -165,6 +171,33 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   fig.colorbar(image, ax=ax, label=("mean recall of the chain's names"
                                     if result["suite"] == "variable_tracking" else "accuracy"),
                fraction=0.04)
+  fig.tight_layout()
+  save_png(fig, path)
+
+
+def _plot_accuracy_vs_length(result: dict, path: str) -> None:
+  """Mean recall per length of a depthless retrieval result, with its threshold; skipped
+  lengths are marked "skip" on the x axis."""
+  rows = result["rows"]
+  fig, ax = subplots(figsize=(5.5, 3.4), dpi=120)
+  done = [r for r in rows if r["accuracy"] is not None]
+  ax.plot([r["length"] for r in done], [r["accuracy"] for r in done], "o-", color="C0",
+          label=f"{curve_label(result)} ({result.get('trials', '?')} prompts per length)")
+  for r in rows:
+    if r["accuracy"] is None:
+      ax.annotate("skip", (r["length"], 0.0), ha="center", va="bottom", fontsize=7, color="gray")
+  if result.get("threshold") is not None:
+    ax.axhline(result["threshold"], color="black", linestyle=":", linewidth=1,
+               label=f"threshold {result['threshold']}")
+  length_axis(ax, result.get("train_len"))
+  ax.set_xticks([r["length"] for r in rows], [str(r["length"]) for r in rows])
+  ax.set_ylim(-0.02, 1.02)
+  ax.set_ylabel("mean recall of the references")
+  passing = result.get("max_length_passing")
+  ax.set_title(f"{result['suite']}: {curve_label(result)}, step {result.get('step', '?')}\n"
+               f"largest length with recall >= {result.get('threshold', '?')} (and all shorter): "
+               f"{passing if passing is not None else 'none'}", fontsize=8)
+  ax.legend(fontsize=7)
   fig.tight_layout()
   save_png(fig, path)
 

@@ -238,7 +238,7 @@ def _log_ppl_axis(ax) -> None:
 
 PROTOCOLS = ("non_overlapping", "sliding")
 RETRIEVAL_SUITES = ("passkey", "needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
-                    "variable_tracking")  # eval/needle.py SUITES
+                    "variable_tracking", "common_words", "frequent_words")  # eval/needle.py SUITES
 ALGORITHMIC_METRICS = ("exact_match", "token_accuracy")
 
 

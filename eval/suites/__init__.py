@@ -18,11 +18,13 @@ from eval.suites.niah_multiquery import NiahMultiquery
 from eval.suites.niah_multivalue import NiahMultivalue
 from eval.suites.passkey import Passkey
 from eval.suites.perplexity import Perplexity
+from eval.suites.common_words import CommonWords
+from eval.suites.frequent_words import FrequentWords
 from eval.suites.variable_tracking import VariableTracking
 
 REGISTRY: dict[str, Suite] = {name: suite for suite in (
     Perplexity(), Passkey(), Needle(), NiahMultikey(), NiahMultivalue(), NiahMultiquery(),
-    VariableTracking(), Attention(), Algorithmic(),
+    VariableTracking(), CommonWords(), FrequentWords(), Attention(), Algorithmic(),
 ) for name in suite.names}
 
 

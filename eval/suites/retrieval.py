@@ -1,7 +1,7 @@
 """Retrieval grids (lengths x needle depths x trials, greedy decoding, exact match or recall of
 all references; eval/needle.py): the shared runner of the passkey, needle, niah_multikey,
-niah_multivalue, niah_multiquery and variable_tracking suites,
-`<workdir>/eval/<suite><suffix>.{json,png}`."""
+niah_multivalue, niah_multiquery, variable_tracking, common_words and frequent_words suites
+(the last two without a depth axis), `<workdir>/eval/<suite><suffix>.{json,png}`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from runs.workdir import config_hash
 
 class Retrieval(Suite):
   """A retrieval grid suite: `names[0]` is one of eval/needle.py SUITES (passkey, needle,
-  niah_multikey, niah_multivalue, niah_multiquery, variable_tracking)."""
+  niah_multikey, niah_multivalue, niah_multiquery, variable_tracking, common_words,
+  frequent_words)."""
 
   data = TEXT
 
@@ -46,6 +47,9 @@ class Retrieval(Suite):
     if suite == "passkey":
       note = (f"data.passkey.preamble={config.data.passkey.preamble}, "
               f"key_digits={config.data.passkey.key_digits}")
+    elif suite in needle.DEPTHLESS_SUITES:
+      note = ", ".join(f"eval.{suite}.{k}={v}" for k, v in sorted(s.items())
+                       if k not in ("trials", "seed", "threshold", "max_new_tokens"))
     elif suite == "variable_tracking":
       note = (f"eval.{suite}.preamble={s.preamble}, num_chains={s.num_chains}, "
               f"num_hops={s.num_hops}")
@@ -88,7 +92,8 @@ class Retrieval(Suite):
   def rows(self, result: dict, train_len: int) -> list[dict]:
     by_length: dict[int, dict] = {}
     for cell in result.get("cells", []):
-      by_length.setdefault(cell["length"], {})[f"{cell['depth']:g}"] = cell.get("accuracy")
+      if cell["depth"] is not None:  # depthless suites: accuracy vs length only
+        by_length.setdefault(cell["length"], {})[f"{cell['depth']:g}"] = cell.get("accuracy")
     return [{"length": r["length"], "multiplier": multiplier(r, train_len),
              "accuracy": r.get("accuracy"), "correct": r.get("correct"),
              "prompts": r.get("prompts"), "skipped": r.get("skipped"),
