@@ -23,7 +23,8 @@ from matplotlib.colors import LogNorm
 from matplotlib.lines import Line2D
 
 from eval import suites as suites_registry
-from eval.plots import LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, log_axis, subplots
+from eval.plots import (ACCURACY_CMAP, LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, log_axis,
+                        subplots)
 from configs.extension_recipes import RECIPES
 from runs.metrics import read_metrics
 from sweeps.collect import (bootstrap_high, bootstrap_low, configuration_columns, runs_newer_than,
@@ -512,6 +513,64 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
 
 
 @_any_table
+def fig_algorithmic_grid(frame):
+  """Exact-match heatmaps of the grid tasks (addition on a grid of operand lengths, McLeish et
+  al., arXiv 2405.17399, Figure 1's layout): one panel per (task, scheme), first operand's size
+  on y, second's on x, in percent, mean over seeds, the training square outlined; colour-blind
+  safe (cividis). Read from the algorithmic rows' `detail` ({second size: exact match} per first
+  size, eval/suites/algorithmic.py).
+
+  Returns:
+    A Figure, or None if the table has no grid rows.
+  """
+  from matplotlib.patches import Rectangle  # local: as eval/algorithmic.py
+  rows = frame[frame["suite"] == "algorithmic"] if "suite" in frame else frame.iloc[:0]
+  if "detail" not in rows:
+    return None
+  rows = rows[rows["detail"].apply(lambda d: isinstance(d, str) and d.startswith("{"))]
+  if rows.empty:
+    return None
+  cells = []
+  for _, row in rows.assign(label=curve_labels(rows)).iterrows():
+    task = row["task"] if "task" in rows and isinstance(row["task"], str) else "grid"
+    for b, v in json.loads(row["detail"]).items():
+      cells.append({"panel": f"{task}: {row['label']}", "a": int(row["size"]), "b": int(b),
+                    "v": np.nan if v is None else 100 * v,
+                    "trained": bool(row["in_distribution"]) if row["in_distribution"] is not None
+                    else False})
+  cells = pd.DataFrame(cells)
+  panels = sorted(cells["panel"].unique())
+  cols = min(3, len(panels))
+  nrows = -(-len(panels) // cols)
+  fig, axes = subplots(nrows, cols, figsize=(1.2 + 3.9 * cols, 0.9 + 3.4 * nrows), dpi=110,
+                       squeeze=False, layout="constrained")
+  image = None
+  for ax, panel in zip(axes.flat, panels):
+    sub = cells[cells["panel"] == panel]
+    table = sub.groupby(["a", "b"])["v"].mean().unstack("b")
+    sizes = list(table.columns)
+    image = ax.imshow(np.ma.masked_invalid(table.to_numpy(dtype=float)), cmap=ACCURACY_CMAP,
+                      vmin=0, vmax=100, origin="lower", aspect="auto",
+                      extent=(min(sizes) - 0.5, max(sizes) + 0.5, min(table.index) - 0.5,
+                              max(table.index) + 0.5))
+    trained = sorted(sub.loc[sub["trained"], "a"].unique())
+    if trained:
+      lo, hi = trained[0], trained[-1]
+      ax.add_patch(Rectangle((lo - 0.5, lo - 0.5), hi - lo + 1, hi - lo + 1, fill=False,
+                             edgecolor="white", linestyle="--", linewidth=1.2))
+    ax.set_title(panel, fontsize=9)
+    ax.tick_params(labelsize=7)
+  for ax in list(axes.flat)[len(panels):]:
+    ax.axis("off")
+  fig.supxlabel("second operand's size (digits)", fontsize=9)
+  fig.supylabel("first operand's size (digits)", fontsize=9)
+  fig.suptitle("exact match (%) on the grid of operand sizes, mean over seeds; dashed: the "
+               "training square", fontsize=10)
+  fig.colorbar(image, ax=axes, label="exact match (%)", fraction=0.03)
+  return fig
+
+
+@_any_table
 def fig_attention_vs_length(frame):
   """Attention entropy (with the uniform ceiling) and sink mass vs length per scheme, mean over
   layers, heads and seeds (`BAND`, over seeds): the attention suite's rows.
@@ -903,7 +962,9 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
   figures += [("attention_vs_length", "Attention entropy and sink mass vs length",
                fig_attention_vs_length(frame)),
               ("algorithmic", "Algorithmic tasks: exact match by instance size",
-               fig_algorithmic(frame))]
+               fig_algorithmic(frame)),
+              ("algorithmic_grid", "Grid tasks: exact match by both operands' sizes",
+               fig_algorithmic_grid(frame))]
   for suite in suites_registry.REGISTRY:
     if suite not in DRAWN_SUITES and (frame["suite"] == suite).any():
       figures.append((f"{suite}_vs_length", f"{suite}: {suites_registry.REGISTRY[suite].metric} "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import nbformat
 import pandas as pd
 import pytest
@@ -395,3 +396,21 @@ def _gaps(fig) -> tuple[float, float]:
   bottom = min(ax.get_tightbbox(renderer).y0 for ax in panels)
   return ((fig._suptitle.get_window_extent(renderer).y0 - top) / fig.dpi,
           (bottom - fig._supxlabel.get_window_extent(renderer).y1) / fig.dpi)
+
+
+def test_grid_task_heatmaps_come_from_the_committed_addition_grid_table():
+  frame = figures.read_table(os.path.join(REPO, "results", "addition_grid_cpu", "results.csv"))
+  fig = figures.fig_algorithmic_grid(frame)
+  panels = [a for a in fig.axes if a.get_title()]
+  assert [a.get_title() for a in panels] == [f"addition_grid: {s}" for s in
+                                              ("abacus", "alibi", "none", "rope")]
+  # Each panel's image is the run's grid in percent (first operand's size on y), as its JSON.
+  with open(os.path.join(REPO, "results", "addition_grid_cpu", "kind=rope", "eval",
+                         "algorithmic.json")) as f:
+    grid = json.load(f)["grid"]
+  rope = panels[3].get_images()[0].get_array()
+  assert np.allclose(np.ma.filled(rope, np.nan), 100 * np.array(grid["exact_match"], float),
+                     equal_nan=True)
+  square = [p for p in panels[3].patches]  # the training square, sizes 1..5
+  assert len(square) == 1 and square[0].get_width() == 5
+  assert figures.fig_algorithmic_grid(frame[frame["suite"] != "algorithmic"]) is None
