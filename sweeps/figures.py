@@ -934,6 +934,55 @@ def fig_fine_tuning_curves(curves, frame):
   return fig
 
 
+def fig_search(selection: dict):
+  """The tuning stage of a study (sweeps/search.py): every candidate's score (validation loss at
+  train_len after its last step, nats per token) against the first searched field, one line per
+  group in its scheme's style, the selected candidate starred; diverged candidates (infinite
+  score) are left out and counted in the legend.
+
+  Args:
+    selection: a `selection.json` (sweeps.search.selection).
+
+  Returns:
+    A Figure, or None without candidates.
+  """
+  groups = selection.get("groups", [])
+  if not groups or not selection.get("grid"):
+    return None
+  field = next(iter(selection["grid"]))
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  values = []
+  for g in groups:
+    label = ", ".join(f"{v}" for k, v in g["group"].items() if k != "@base") or "all runs"
+    style = scheme_style(str(g["group"].get("model.position.kind", label)))
+    cands = [c for c in g["candidates"] if np.isfinite(c["score"])]
+    diverged = len(g["candidates"]) - len(cands)
+    others = [k for k in selection["grid"] if k != field]
+    for key in sorted({tuple(c["fields"][k] for k in others) for c in cands}):
+      line = sorted((c["fields"][field], c["score"]) for c in cands
+                    if tuple(c["fields"][k] for k in others) == key)
+      extra = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(others, key))
+      ax.plot(*zip(*line), marker="o", color=style.get("color"),
+              linestyle=style.get("linestyle", "-"),
+              label=label + (f" ({extra})" if extra else "")
+              + (f"; {diverged} diverged" if diverged else ""))
+      values += [x for x, _ in line]
+    best = next(c for c in g["candidates"] if c["fields"] == g["selected"])
+    if np.isfinite(best["score"]):
+      ax.plot([best["fields"][field]], [best["score"]], marker="*", markersize=14,
+              color=style.get("color"), markeredgecolor="black", linestyle="none")
+  numeric = [v for v in values if isinstance(v, (int, float))]
+  if numeric and min(numeric) > 0 and max(numeric) / min(numeric) >= 10:
+    ax.set_xscale("log")
+  ax.set_xlabel(field)
+  ax.set_ylabel("validation loss at train_len (nats per token)")
+  ax.set_title(f"{selection.get('study', 'study')}: tuning stage, one line per group; star: "
+               "selected", fontsize=9)
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=LEGEND_FONTSIZE)
+  return fig
+
+
 @_any_table
 def study_figures(frame) -> list[tuple[str, str, object]]:
   """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length

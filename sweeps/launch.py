@@ -60,6 +60,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
+import functools
 import importlib.util
 import json
 import math
@@ -77,6 +78,7 @@ from absl import app, flags, logging
 from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
 from runs.checkpoint import committed_steps
+from sweeps import search as search_lib
 from sweeps import workdirs
 from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
     validate_run
@@ -1005,6 +1007,37 @@ def launch(study_spec: str) -> int:
   # A dry run does not read a bucket, nor a TPU root that this machine does not mount.
   read_state = not (dry_run and backend == "tpu" and (workdirs.is_remote(state_root)
                                                        or not os.path.isdir(state_root)))
+  stage = functools.partial(run_stage, backend=backend, num_devices=num_devices,
+                            read_state=read_state, dry_run=dry_run, tpu=tpu, slurm=slurm)
+  planned, outcomes = [], []
+  if study.search is not None:  # the tuning stage first (sweeps/search.py)
+    study, planned, outcomes = search_stage(study, stage, root=root, state_root=state_root,
+                                            read_state=read_state, dry_run=dry_run)
+  if study is not None:
+    final_planned, final_outcomes = stage(study, root, state_root)
+    planned, outcomes = planned + final_planned, outcomes + final_outcomes
+  todo = [p for p in planned if p.pending]
+  if dry_run:
+    return 0
+  if outcomes:
+    print(summary_table(outcomes))
+  failed = [o for o in outcomes if o.status == "failed"]
+  print(f"# {len(outcomes) - len(failed)} of {len(outcomes)} launched runs "
+        f"{'submitted' if backend == 'slurm' else 'succeeded'}; "
+        f"{len(planned) - len(todo)} were already complete"
+        + (f"; {len(failed)} FAILED (details and logs above)" if failed else ""))
+  return 1 if failed else 0
+
+
+def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_devices: int | None,
+              read_state: bool, dry_run: bool, tpu: "TpuOptions | None",
+              slurm: "SlurmOptions | None") -> tuple[list[Planned], list[Outcome]]:
+  """Plans `study` under `root`, prints its header, writes its manifest (not in a dry run) and
+  runs (or, dry, prints) its pending runs on `backend`.
+
+  Raises:
+    ConfigError: see `plan`; warm-started children on a backend that cannot order them.
+  """
   planned = plan(study, root, num_devices=num_devices, read_state=read_state,
                  state_root=state_root)
   todo = [p for p in planned if p.pending]
@@ -1029,16 +1062,34 @@ def launch(study_spec: str) -> int:
                           log_root=os.path.abspath(FLAGS.log_root))
   else:
     outcomes = launch_slurm(study, planned, slurm, dry_run=dry_run)
-  if dry_run:
-    return 0
-  if outcomes:
-    print(summary_table(outcomes))
-  failed = [o for o in outcomes if o.status == "failed"]
-  print(f"# {len(outcomes) - len(failed)} of {len(outcomes)} launched runs "
-        f"{'submitted' if backend == 'slurm' else 'succeeded'}; "
-        f"{len(planned) - len(todo)} were already complete"
-        + (f"; {len(failed)} FAILED (details and logs above)" if failed else ""))
-  return 1 if failed else 0
+  return planned, outcomes
+
+
+def search_stage(study: Study, stage: Callable, *, root: str, state_root: str, read_state: bool,
+                 dry_run: bool) -> tuple[Study | None, list[Planned], list[Outcome]]:
+  """Runs the tuning stage of `study` (sweeps/search.py) in `<root>/<study>/search/`, then,
+  when every search run is complete, writes `<root>/<study>/selection.json` (not in a dry run)
+  and returns the final stage's study; None instead when the search is not done.
+
+  Raises:
+    ConfigError: a bad search (sweeps.search.check), or a group whose candidates all diverged.
+  """
+  search = search_lib.search_study(study)
+  planned, outcomes = stage(search, workdirs.join(root, study.name),
+                            workdirs.join(state_root, study.name))
+  path = search_lib.selection_path(state_root, study)
+  chosen = search_lib.selection(study, state_root) if read_state else None
+  if chosen is None and dry_run:
+    chosen = search_lib.read_selection(path)
+  if chosen is None:
+    print(f"# final stage of {study.name}: after the search (its runs are not all complete "
+          f"yet); launch again to select {sorted(study.search.grid)} per group and train the "
+          "study's runs")
+    return None, planned, outcomes
+  if not dry_run:
+    write_text(path, json.dumps(chosen, indent=2, sort_keys=True) + "\n")
+  print("\n".join(search_lib.describe(chosen)) + f"\n# selection: {path}")
+  return search_lib.final_study(study, chosen), planned, outcomes
 
 
 def main(argv):

@@ -30,8 +30,8 @@ from absl import app, flags
 
 from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
-from sweeps import collect
-from sweeps.figures import (fig_fine_tuning_curves, fig_training_curves, png_bytes, read_table,
+from sweeps import collect, search
+from sweeps.figures import (fig_fine_tuning_curves, fig_search, fig_training_curves, png_bytes, read_table,
                             read_training_curves, runs_folder, study_figures, study_table_path,
                             training_curves_note)
 
@@ -215,8 +215,28 @@ TRAINING_CURVES_CAPTION = ("Training loss, validation loss, learning rate, gradi
                            "metrics.jsonl), the seeds of a scheme in its colour")
 
 
+def _search_html(selection: dict) -> tuple[list[str], tuple | None]:
+  """The tuning stage's section (its figure and every candidate with its score) of a
+  selection.json, and the figure's (id, caption, figure) or None."""
+  fig = fig_search(selection)
+  rows = [{"group": ", ".join(f"{k}={v}" for k, v in g["group"].items()),
+           **{k: c["fields"][k] for k in selection["grid"]}, "score": c["score"],
+           "selected": "yes" if c["fields"] == g["selected"] else ""}
+          for g in selection["groups"] for c in g["candidates"]]
+  parts = ["<h2 id='search'>Tuning stage (selection.json)</h2>",
+           f"<p>Selected per group on {html.escape(str(selection.get('metric', '')))}; the "
+           "study's runs trained with the selected values.</p>"]
+  figure = ("search", "Tuning stage: every candidate's score, the selected starred", fig) \
+      if fig is not None else None
+  if figure:
+    parts.append("<div class='figures'>" + _figure_html(*figure) + "</div>")
+  parts.append(_table_html(pd.DataFrame(rows)))
+  return parts, figure
+
+
 def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = None,
-                 runs_dir: str | None = None) -> tuple[str, list[str]]:
+                 runs_dir: str | None = None,
+                 selection: dict | None = None) -> tuple[str, list[str]]:
   """The HTML page of a results table and the ids of the figures it embeds.
 
   Args:
@@ -227,6 +247,8 @@ def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = 
       names the runs without curves, or says plainly that the curves need the run folders when
       no run has any (or `curves` is None).
     runs_dir: the folder `curves` were read from, named in that note.
+    selection: the study's selection.json (a tuning stage, sweeps/search.py): its figure and
+      candidates in the section "Tuning stage", before the results.
 
   Every figure is `<figure id='fig-<id>'><img alt='<id>' src='data:image/png;base64,...' ...>`.
   """
@@ -247,7 +269,14 @@ def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = 
   parts.append("<li><a href='#training-curves'>Training curves</a></li>"
                "<li><a href='#summary'>Summary table</a></li><li><a href='#runs'>Runs</a></li>"
                "</ul>")
-  parts += ["<div class='figures'>", *[_figure_html(*f) for f in figures], "</div>"]
+  if selection:
+    search_parts, search_fig = _search_html(selection)
+    parts[-1] = "<li><a href='#search'>Tuning stage</a></li>" + parts[-1]
+    parts += search_parts
+    if search_fig:
+      figures.insert(0, search_fig)
+  parts += ["<div class='figures'>",
+            *[_figure_html(*f) for f in figures if f[0] != "search"], "</div>"]
   parts.append("<h2 id='training-curves'>Training curves</h2>")
   if curves_fig is not None:
     figures.append(("training_curves", TRAINING_CURVES_CAPTION, curves_fig))
@@ -303,7 +332,9 @@ def write_report(path: str, out: str | None = None,
     out = (os.path.join(path, "report.html") if os.path.isdir(path)
            else os.path.splitext(path)[0] + "_report.html")
   runs_dir = runs if runs is not None else runs_folder(path)
-  page, ids = build_report(frame, f"Study {name}", read_training_curves(runs_dir, frame), runs_dir)
+  selection = search.read_selection(os.path.join(runs_dir, search.SELECTION)) if runs_dir else None
+  page, ids = build_report(frame, f"Study {name}", read_training_curves(runs_dir, frame), runs_dir,
+                           selection)
 
   def write(tmp):
     with open(tmp, "w", encoding="utf-8") as f:

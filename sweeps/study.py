@@ -514,6 +514,34 @@ class Run:
 
 
 @dataclasses.dataclass(frozen=True)
+class Search:
+  """A study's tuning stage: tune, then compare (sweeps/search.py runs it).
+
+  Before the study's own runs, every group of its from-scratch points (the distinct values of
+  `group_by`, and of a point's "@base") trains once per combination of `grid` with the study's
+  common fields and then `common` (a short budget); the candidate with the lowest validation
+  loss at train_len after its last step (train.py's final `val_loss`, nats per token) is the
+  group's selection, recorded with every candidate's score in `<root>/<study>/selection.json`;
+  the study's runs (the final stage) then train with their group's selected fields, which
+  become part of their names. A per-scheme learning rate is the usual use (McGill's
+  length-generalization code tunes each PE, then runs the best config over seeds).
+
+  Attributes:
+    grid: dotted field -> candidate values, e.g. {"train.learning_rate": [1e-3, 3e-3, 1e-2]}; the
+      Cartesian product is searched.
+    group_by: the fields one selection is made for, default the scheme; the other fields of the
+      study's points (seeds, ...) take the base config's values in the search.
+    common: fields of every search run (after the study's common fields), e.g. a shorter
+      train.num_steps; by default the search evaluates at train_len only (eval.suites =
+      "ppl_vs_length", eval.length_multipliers = (1.0,)).
+  """
+
+  grid: Mapping[str, Sequence[Any]]
+  group_by: Sequence[str] = ("model.position.kind",)
+  common: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class Study:
   """A sweep: a base config, its points, a name.
 
@@ -528,6 +556,7 @@ class Study:
     aliases: dotted field -> short name used in run names (default: model.position.kind ->
       kind); aliases must be unique and contain no `=` or `,`.
     description: one line shown by the launcher.
+    search: an optional tuning stage run before the study's runs (`Search`).
   """
 
   name: str
@@ -536,6 +565,7 @@ class Study:
   common: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   aliases: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(DEFAULT_ALIASES))
   description: str = ""
+  search: Search | None = None
 
   def config_path(self) -> str:
     """Absolute path of the base config file.
@@ -1027,6 +1057,6 @@ def load_study(spec: str) -> Study:
   return study
 
 
-__all__ = ["EvalCommand", "ResultKey", "Run", "Study", "StudyError", "apply_overrides",
+__all__ = ["EvalCommand", "ResultKey", "Run", "Search", "Study", "StudyError", "apply_overrides",
            "config_flags", "cross", "flag_value", "load_config_file", "load_study", "product",
            "result_key", "run_name", "short_names", "zip_"]

@@ -679,3 +679,117 @@ def test_points_with_their_own_base_config_train_from_that_file(tmp_path):
     with pytest.raises(StudyError, match="point 0") as e:
       Study("b", "configs/alibi_tiny.py", lambda: [{"@base": bad, "seed": 0}]).runs()
     assert message in str(e.value)
+
+
+# ---------------------------------------------------------------------------- tune, then compare
+
+
+def write_tuned_study(folder, text_glob: str) -> str:
+  """Three schemes of the tests' tiny model (one seed), with a search stage over two learning
+  rates per scheme (2 steps each); the final runs train 3 steps."""
+  tiny = tiny_config(text_glob, "rope")
+  tiny.train.num_steps = tiny.train.checkpoint_every_steps = 3
+  tiny.train.warmup_steps = 1
+  tiny.eval.length_multipliers = (1.0,)
+  tiny.eval.max_tokens_per_length = 128
+  config = write_config_file(os.path.join(folder, "tiny_config.py"), tiny)
+  path = os.path.join(folder, "tuned.py")
+  with open(path, "w") as f:
+    f.write(f'''from sweeps.study import Search, Study, product
+
+STUDY = Study(name="tuned", config={config!r},
+              points=lambda: product(**{{"model.position.kind": ["alibi", "rope", "none"]}},
+                                     seed=[0]),
+              search=Search(grid={{"train.learning_rate": [1e-4, 3e-2]}},
+                            common={{"train.num_steps": 2, "train.checkpoint_every_steps": 2}}))
+''')
+  return path
+
+
+def test_a_search_stage_selects_per_scheme_and_the_final_runs_use_it(text_corpus, tmp_path):
+  root = str(tmp_path / "root")
+  env = ENV | {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+  path = write_tuned_study(str(tmp_path), text_corpus)
+  dry = launch_cli(path, f"--root={root}", "--num_devices=1", "--dry-run", env=env)
+  assert dry.returncode == 0, dry.stderr[-3000:]
+  assert "# study search: 6 runs, 6 to run" in dry.stdout
+  assert "# final stage of tuned: after the search" in dry.stdout
+  assert f"--workdir={root}/tuned/search/kind=rope,learning_rate=0.03 " in dry.stdout
+  done = launch_cli(path, f"--root={root}", "--num_devices=1", "--parallel=2", env=env)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  assert "9 of 9 launched runs succeeded" in done.stdout
+  with open(os.path.join(root, "tuned", "selection.json")) as f:
+    selection = json.load(f)
+  by_scheme = {g["group"]["model.position.kind"]: g for g in selection["groups"]}
+  assert sorted(by_scheme) == ["alibi", "none", "rope"]
+  for kind, group in by_scheme.items():
+    scores = {c["fields"]["train.learning_rate"]: c["score"] for c in group["candidates"]}
+    for c in group["candidates"]:  # each candidate's score is its run's last val_loss
+      workdir = os.path.join(root, "tuned", "search", c["run"])
+      with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        last = [json.loads(l) for l in f if '"val_loss"' in l][-1]
+      assert last["step"] == 2 and c["score"] == pytest.approx(last["val_loss"])
+    best = min(scores, key=scores.get)
+    assert group["selected"] == {"train.learning_rate": best}
+    for seed in (0,):  # the final runs trained with the selected value, named with it
+      name = f"kind={kind},learning_rate={best:g},seed={seed}"
+      with open(os.path.join(root, "tuned", name, "config.json")) as f:
+        config = json.load(f)["config"]
+      assert config["train"]["learning_rate"] == best and config["train"]["num_steps"] == 3
+      assert run_ckpt.committed_steps(os.path.join(root, "tuned", name)) == [3]
+  again = launch_cli(path, f"--root={root}", "--num_devices=1", env=env)
+  assert again.returncode == 0 and "3 runs, 0 to run" in again.stdout, again.stdout
+  assert again.stdout.count("# selected for kind=") == 3
+  frame = collect.collect(os.path.join(root, "tuned"))
+  assert frame["run"].nunique() == 3  # the search's runs are not the study's
+  from sweeps import report
+  out, ids = report.write_report(os.path.join(root, "tuned"))
+  assert ids[0] == "search"
+  with open(out) as f:
+    page = f.read()
+  assert "Tuning stage (selection.json)" in page and page.count(">yes<") == 3
+
+
+def test_search_studies_and_selections_are_checked_and_applied(tmp_path):
+  from sweeps import search
+  base = dict(name="t", config="configs/alibi_tiny.py",
+              points=lambda: product(**{"model.position.kind": ["alibi", "rope"]}, seed=[0, 1])
+              + [{"@parent": {"model.position.kind": "rope", "seed": 0},
+                  "@config": "configs/extend_pi.py:{parent},2"}])
+  bad = [(study_lib.Search(grid={}), "Search.grid must be a non-empty dict"),
+         (study_lib.Search(grid={"model.position.kind": ["rope"]}), "also group_by fields"),
+         (study_lib.Search(grid={"train.learning_rate": [1e-3]}, group_by="model"),
+          "group_by must be a list")]
+  for s, message in bad:
+    with pytest.raises(StudyError, match=message):
+      search.search_study(Study(**base, search=s))
+  study = Study(**base, search=study_lib.Search(grid={"train.learning_rate": [1e-3, 1e-2]},
+                                                common={"train.num_steps": 50}))
+  runs = search.search_study(study).runs()
+  assert [r.name for r in runs] == ["kind=alibi,learning_rate=0.001",
+                                    "kind=alibi,learning_rate=0.01",
+                                    "kind=rope,learning_rate=0.001", "kind=rope,learning_rate=0.01"]
+  assert all(r.config.train.num_steps == 50 and r.config.eval.length_multipliers == (1.0,)
+             for r in runs)
+  # Scores from metrics.jsonl: the lower wins; a diverged (null) loss never does.
+  root = str(tmp_path)
+  for run, loss in zip(runs, (2.0, 1.5, None, 3.0)):
+    workdir = os.path.join(root, "t", "search", run.name)
+    os.makedirs(os.path.join(workdir, "checkpoints", "50"))
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      f.write(json.dumps({"step": 50, "val_loss": loss}) + "\n")
+  import unittest.mock
+  with unittest.mock.patch.object(launch.workdirs, "run_state",
+                                  lambda run, workdir: launch.workdirs.RunState(True, (), False, ())):
+    chosen = search.selection(study, root)
+  assert [g["selected"] for g in chosen["groups"]] == [{"train.learning_rate": 0.01},
+                                                       {"train.learning_rate": 0.01}]
+  assert chosen["groups"][1]["candidates"][0]["score"] == float("inf")
+  final = search.final_study(study, chosen)
+  names = [r.name for r in final.runs()]
+  assert names[:4] == ["kind=alibi,learning_rate=0.01,seed=0", "kind=alibi,learning_rate=0.01,seed=1",
+                       "kind=rope,learning_rate=0.01,seed=0", "kind=rope,learning_rate=0.01,seed=1"]
+  assert names[4] == "extend_pi_2--kind=rope,learning_rate=0.01,seed=0"  # its parent, tuned
+  assert final.search is None
