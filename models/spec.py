@@ -80,6 +80,13 @@ def init_params(config, spec: ModelSpec):
   return jax.jit(init, out_shardings=spec.param_shardings)()
 
 
+def count_params(config) -> int:
+  """The Decoder's parameter count for `config`, from `nnx.eval_shape` (nothing allocated, no
+  mesh): what the sweeps' size axes and cost estimates use."""
+  state = nnx.state(nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0))))
+  return int(sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.to_pure_dict(state))))
+
+
 def train_flops_per_token(config) -> float:
   """Analytic training FLOPs per token (forward + backward = 3 x forward).
 

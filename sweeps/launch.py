@@ -78,6 +78,7 @@ from absl import app, flags, logging
 from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
 from runs.checkpoint import committed_steps
+from sweeps import cost
 from sweeps import search as search_lib
 from sweeps import workdirs
 from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
@@ -814,6 +815,12 @@ def define_flags() -> None:
   flags.DEFINE_integer("parallel", 1, "local: runs at once; tpu: TPU VMs used (<tpu_name>-<i> "
                        "when > 1), one run at a time each.")
   flags.DEFINE_bool("dry_run", False, "Print the commands / scripts; launch nothing.")
+  flags.DEFINE_float("tokens_per_s", 0.0, "Training tokens/s of the study's first pending run on "
+                     "the target, for the time estimate printed before launching (sweeps/cost.py; "
+                     "other runs scale by their FLOPs per token); 0 = measured here when the "
+                     "study's runs logged some, else FLOPs only.")
+  flags.DEFINE_bool("measure_throughput", False, "local: time the first pending run's training "
+                    "here for a few steps before launching (the time estimate's rate).")
   flags.DEFINE_alias("dry-run", "dry_run")
   flags.DEFINE_integer("num_devices", 0, "Devices each run sees, for the mesh and batch checks "
                        "before launching; 0 = this machine's (local), the slice's "
@@ -1051,6 +1058,8 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
         + ("" if read_state else f" ({state_root} not read in a dry run: every run listed)")
         + f"; backend {backend}, root {root}"
         + (f"\n# {study.description}" if study.description else ""))
+  if todo:
+    print("\n".join(cost_estimate(study, planned, backend)))
   if not dry_run:
     write_text(workdirs.join(state_root, study.name, MANIFEST), json.dumps(
         manifest(study, planned), indent=2, sort_keys=True, default=str) + "\n")
@@ -1063,6 +1072,28 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
   else:
     outcomes = launch_slurm(study, planned, slurm, dry_run=dry_run)
   return planned, outcomes
+
+
+def cost_estimate(study: Study, planned: Sequence[Planned], backend: str) -> list[str]:
+  """The cost lines printed before launching the pending runs of `planned` (sweeps/cost.py):
+  the rate from --tokens_per_s, else from the study's runs' own logs here, else (local,
+  --measure_throughput) from a short timing of the first pending run; FLOPs only without any."""
+  todo = [p for p in planned if p.pending]
+  costs = [cost.run_cost(p.run) for p in todo]
+  if FLAGS.tokens_per_s < 0:
+    raise LaunchError(f"--tokens_per_s must be > 0 (or 0: measured); got {FLAGS.tokens_per_s}")
+  rate = None
+  if FLAGS.tokens_per_s > 0:
+    rate = cost.rate_from_tokens_per_s(FLAGS.tokens_per_s, costs[0])
+  elif backend == "local":
+    rate = cost.measured_flops_per_s(planned)
+    if rate is None and FLAGS.measure_throughput:
+      first = todo[0].run
+      print(f"# timing {first.name} here for the estimate (--measure_throughput) ...", flush=True)
+      tps = cost.time_probe(first, study.config_arg(), FLAGS.python or sys.executable)
+      rate = (tps * costs[0].flops_per_token, f"a short timing of {first.name} here: "
+                                              f"{tps:,.0f} tokens/s")
+  return cost.estimate_lines(costs, rate, FLAGS.parallel if backend != "slurm" else 1)
 
 
 def search_stage(study: Study, stage: Callable, *, root: str, state_root: str, read_state: bool,

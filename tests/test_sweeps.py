@@ -793,3 +793,33 @@ def test_search_studies_and_selections_are_checked_and_applied(tmp_path):
                        "kind=rope,learning_rate=0.01,seed=0", "kind=rope,learning_rate=0.01,seed=1"]
   assert names[4] == "extend_pi_2--kind=rope,learning_rate=0.01,seed=0"  # its parent, tuned
   assert final.search is None
+
+
+def test_the_cost_estimate_counts_training_flops_and_scales_a_given_throughput(
+    dry_runs, text_corpus, tmp_path):
+  from models.spec import train_flops_per_token
+  from sweeps import cost, pe_extrapolation_cpu
+  runs = pe_extrapolation_cpu.STUDY.runs()
+  c = cost.run_cost(runs[0])
+  assert c.tokens == 600 * 16 * 256  # num_steps x batch x train_len
+  assert c.flops == c.tokens * train_flops_per_token(runs[0].config)
+  # 6 x matmul parameters + causal attention, per token, for the 0.82M-parameter model:
+  # 4 layers x (4 x 128 x 128 + 2 x 128 x 512) + 128 x 259 = 819,584; attention 4 x 2 x 256 x 128
+  assert c.flops_per_token == 6 * 819_584 + 3 * 4 * 2 * 256 * 128
+  fire = next(r for r in runs if r.name.startswith("kind=fire"))
+  rate = cost.rate_from_tokens_per_s(1000.0, c)
+  lines = cost.estimate_lines([c, cost.run_cost(fire)], rate, parallel=2)
+  assert lines[0].startswith("# cost: 2 run(s) to train, 4.92 Mtokens")
+  assert f"~{cost.duration(c.tokens / 1000.0)}" in lines[1]  # its own tokens at 1,000 tokens/s
+  assert "with 2 side by side" in lines[0]
+  assert "no time estimate" in cost.estimate_lines([c], None)[0]
+  # Printed by every dry run before its commands.
+  root, out = dry_runs
+  for backend in ("local", "tpu", "slurm"):
+    assert "# cost: 18 run(s) to train, 44.2 Mtokens, 252 TFLOP" in out[backend], backend
+  # A short timing here: train.py on the tests' tiny model until 3 records are logged.
+  tiny = tiny_config(text_corpus, "rope")
+  config = write_config_file(str(tmp_path / "tiny_config.py"), tiny)
+  probe = Study("p", config, lambda: [{"seed": 0}]).runs()[0]
+  tokens_per_s = cost.time_probe(probe, config, sys.executable, env=ENV)
+  assert tokens_per_s > 0
