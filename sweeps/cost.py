@@ -145,7 +145,7 @@ def estimate_lines(costs: Sequence[RunCost], rate: tuple[float, str] | None,
     flops_per_s, source = rate
     total = total_flops / flops_per_s
     head += (f"; about {duration(total)} of run time at {_human(flops_per_s, 'FLOP/s')} per run "
-             f"({source})" + (f", about {duration(total / parallel)} with {parallel} side by side"
+             f"({source})" + (f", at best about {duration(total / parallel)} with {parallel} side by side"
                               if parallel > 1 else ""))
   lines = [head]
   for c in costs:

@@ -80,6 +80,7 @@ from eval.files import atomic_write
 from runs.checkpoint import committed_steps
 from sweeps import cost
 from sweeps import search as search_lib
+from sweeps import tpu_pack
 from sweeps import workdirs
 from sweeps.study import REPO_ROOT, ResultKey, Run, Study, check_commands, load_study, \
     validate_run
@@ -482,6 +483,7 @@ class TpuOptions:
   python: str
   bucket: str
   mount: str
+  chips_per_run: int = 0  # 0: each run takes the whole slice; N: packed runs (sweeps/tpu_pack.py)
 
 
 def _gcloud(opts: TpuOptions, verb: str, tpu: str, *extra: str) -> str:
@@ -547,48 +549,66 @@ def tpu_setup_lines(opts: TpuOptions, tpu: str) -> list[str]:
           _gcloud(opts, "ssh", tpu, "--worker=all", f"--command={remote}")]
 
 
-def tpu_run_steps(opts: TpuOptions, tpu: str, planned: Planned, config_arg: str) -> list[Step]:
-  """A run's commands, each run on every worker of `tpu` from the code folder."""
+def tpu_run_steps(opts: TpuOptions, tpu: str, planned: Planned, config_arg: str,
+                  slot: tpu_pack.Slot | None = None) -> list[Step]:
+  """A run's commands from the code folder: on every worker of `tpu` (the whole slice), or, for
+  a packed run, on its `slot`'s worker confined to the slot's chips (sweeps/tpu_pack.py)."""
   steps = []
   for step in run_steps(planned, opts.python, config_arg):
-    remote = f"cd {shlex.quote(opts.code_dir)} && {step.line}"
-    line = _gcloud(opts, "ssh", tpu, "--worker=all", f"--command={remote}")
+    line = step.line if slot is None else tpu_pack.packed_line(step.line, slot, step.label)
+    remote = f"cd {shlex.quote(opts.code_dir)} && {line}"
+    worker = "--worker=all" if slot is None else f"--worker={slot.worker}"
+    line = _gcloud(opts, "ssh", tpu, worker, f"--command={remote}")
     steps.append(Step(step.label, ("bash", "-c", line), line, step.results))
   return steps
 
 
 def launch_tpu(study: Study, planned: Sequence[Planned], opts: TpuOptions, *, parallel: int,
                dry_run: bool, log_root: str) -> list[Outcome]:
-  """Runs (or, dry, prints) the pending runs on `parallel` TPU VMs, one run at a time each."""
+  """Runs (or, dry, prints) the pending runs on `parallel` TPU VMs: one run at a time on each
+  whole slice, or, with `opts.chips_per_run`, one run at a time on each slot of
+  `opts.chips_per_run` chips of every worker (sweeps/tpu_pack.py), side by side."""
   config_arg = study.config_arg()
   todo = [p for p in planned if p.pending]
   tpus = [opts.name] if parallel == 1 else [f"{opts.name}-{i}" for i in range(parallel)]
-  assigned = {tpu: todo[i::len(tpus)] for i, tpu in enumerate(tpus)}
+  lanes = [(tpu, slot) for tpu in tpus for slot in (
+      tpu_pack.slots(opts.accelerator_type, opts.chips_per_run) if opts.chips_per_run
+      else [None])]
+  assigned = {i: todo[i::len(lanes)] for i in range(len(lanes))}
   if dry_run:
     for tpu in tpus:
       print(f"# TPU {tpu}: create unless it exists, fetch the code, install (every worker)")
       for line in tpu_setup_lines(opts, tpu):
         print(line)
-      for p in assigned[tpu]:
-        print(f"# run {p.run.name} on {tpu}"
-              + (f" ({p.state.describe()})" if p.state else ""))
-        for step in tpu_run_steps(opts, tpu, p, config_arg):
-          print(step.line)
+      mine = [i for i, (t, _) in enumerate(lanes) if t == tpu]
+      if opts.chips_per_run:
+        print(f"# TPU {tpu}: {len(mine)} runs side by side, {opts.chips_per_run} chip(s) each "
+              f"(--tpu_chips_per_run), one at a time per slot")
+      for i in mine:
+        slot = lanes[i][1]
+        for p in assigned[i]:
+          print(f"# run {p.run.name} on {tpu}" + (f" ({slot.describe()})" if slot else "")
+                + (f" ({p.state.describe()})" if p.state else ""))
+          for step in tpu_run_steps(opts, tpu, p, config_arg, slot):
+            print(step.line)
     return []
   lock = threading.Lock()
   results: list[Outcome] = []
   from tqdm import tqdm
   bar = tqdm(total=len(todo), desc=study.name, unit="run", dynamic_ncols=True)
 
-  def slot(tpu: str) -> None:
-    setup = [Step("setup", ("bash", "-c", line), line) for line in tpu_setup_lines(opts, tpu)]
-    outcome = execute(f"setup {tpu}", setup, os.path.join(log_root, study.name, f"_setup_{tpu}.log"))
-    for p in assigned[tpu]:
-      if outcome.status != "ok":
-        done = Outcome(p.run.name, "failed", 0.0, f"TPU {tpu} setup failed: {outcome.detail}",
-                       outcome.log)
+  def setup(tpu: str) -> Outcome:
+    steps = [Step("setup", ("bash", "-c", line), line) for line in tpu_setup_lines(opts, tpu)]
+    return execute(f"setup {tpu}", steps, os.path.join(log_root, study.name, f"_setup_{tpu}.log"))
+
+  def lane(i: int, ready: Outcome) -> None:
+    tpu, slot = lanes[i]
+    for p in assigned[i]:
+      if ready.status != "ok":
+        done = Outcome(p.run.name, "failed", 0.0, f"TPU {tpu} setup failed: {ready.detail}",
+                       ready.log)
       else:
-        steps = tpu_run_steps(opts, tpu, p, config_arg)
+        steps = tpu_run_steps(opts, tpu, p, config_arg, slot)
         done = execute(p.run.name, steps, os.path.join(log_root, study.name, f"{p.run.name}.log"),
                        _checker(p, steps))
       with lock:
@@ -597,7 +617,9 @@ def launch_tpu(study: Study, planned: Sequence[Planned], opts: TpuOptions, *, pa
         bar.update(1)
 
   with concurrent.futures.ThreadPoolExecutor(max_workers=len(tpus)) as pool:
-    for future in [pool.submit(slot, tpu) for tpu in tpus]:
+    ready = dict(zip(tpus, pool.map(setup, tpus)))
+  with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes)) as pool:
+    for future in [pool.submit(lane, i, ready[lanes[i][0]]) for i in range(len(lanes))]:
       future.result()
   bar.close()
   order = {p.run.name: i for i, p in enumerate(todo)}
@@ -840,6 +862,9 @@ def define_flags() -> None:
   flags.DEFINE_string("tpu_accelerator_type", "v4-8", "tpu: accelerator type, e.g. v4-32, v5p-64.")
   flags.DEFINE_string("tpu_runtime_version", "tpu-ubuntu2204-base", "tpu: TPU VM runtime version.")
   flags.DEFINE_bool("tpu_spot", False, "tpu: create a spot TPU VM.")
+  flags.DEFINE_integer("tpu_chips_per_run", 0, "tpu: 0 = each run on the whole slice (all "
+                       "workers); N = pack runs: each a one-process job on N chips of one worker, "
+                       "as many side by side as the slice holds (sweeps/tpu_pack.py).")
   flags.DEFINE_string("tpu_repo", None, "tpu: git URL the workers clone; default: this "
                       "checkout's `origin` remote.")
   flags.DEFINE_string("tpu_git_ref", None, "tpu: commit the workers check out; default: this "
@@ -904,10 +929,15 @@ def tpu_options() -> TpuOptions:
   mount = FLAGS.tpu_mount or (f"/mnt/{bucket}" if bucket else "")
   if mount and not os.path.isabs(mount):
     raise LaunchError(f"--tpu_mount must be an absolute path; got {mount}")
+  if FLAGS.tpu_chips_per_run < 0:
+    raise LaunchError(f"--tpu_chips_per_run must be >= 0 (0: the whole slice per run); got "
+                      f"{FLAGS.tpu_chips_per_run}")
+  if FLAGS.tpu_chips_per_run:
+    tpu_pack.slots(FLAGS.tpu_accelerator_type, FLAGS.tpu_chips_per_run)  # names a bad value
   return TpuOptions(FLAGS.tpu_name, FLAGS.tpu_zone, FLAGS.tpu_project, FLAGS.tpu_accelerator_type,
                     FLAGS.tpu_runtime_version, FLAGS.tpu_spot, repo, ref, FLAGS.tpu_code_dir,
                     FLAGS.jax_requirement, FLAGS.python or TPU_VENV_PYTHON, bucket,
-                    mount)
+                    mount, FLAGS.tpu_chips_per_run)
 
 
 def is_remote_git_url(repo: str) -> bool:
@@ -1003,6 +1033,8 @@ def launch(study_spec: str) -> int:
   if num_devices is None and backend == "local":
     import jax
     num_devices = jax.device_count()
+  elif num_devices is None and backend == "tpu" and tpu.chips_per_run:
+    num_devices = tpu_pack.devices_per_run(tpu.accelerator_type, tpu.chips_per_run)
   elif num_devices is None and backend == "tpu":
     num_devices = tpu_devices(tpu.accelerator_type)  # None: the mesh's fixed axes
     if num_devices is None:
@@ -1049,11 +1081,14 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
                  state_root=state_root)
   todo = [p for p in planned if p.pending]
   children = [p.run.name for p in todo if p.run.parent]
-  if children and (backend == "slurm" or (backend == "tpu" and FLAGS.parallel > 1)):
+  if children and (backend == "slurm" or (backend == "tpu" and (
+      FLAGS.parallel > 1 or FLAGS.tpu_chips_per_run))):
     raise LaunchError(f"study {study.name} has warm-started children ({children[0]}, ...): they "
                       f"start after their parent on --backend=local, or --backend=tpu with "
-                      f"--parallel=1 (runs in order); not on --backend={backend}"
-                      + (f" --parallel={FLAGS.parallel}" if backend == "tpu" else ""))
+                      f"--parallel=1 and whole-slice runs (runs in order); not on "
+                      f"--backend={backend}" + (f" --parallel={FLAGS.parallel} "
+                                                f"--tpu_chips_per_run={FLAGS.tpu_chips_per_run}"
+                                                if backend == "tpu" else ""))
   print(f"# study {study.name}: {len(planned)} run{'s' * (len(planned) != 1)}, {len(todo)} to run"
         + ("" if read_state else f" ({state_root} not read in a dry run: every run listed)")
         + f"; backend {backend}, root {root}"
@@ -1093,7 +1128,10 @@ def cost_estimate(study: Study, planned: Sequence[Planned], backend: str) -> lis
       tps = cost.time_probe(first, study.config_arg(), FLAGS.python or sys.executable)
       rate = (tps * costs[0].flops_per_token, f"a short timing of {first.name} here: "
                                               f"{tps:,.0f} tokens/s")
-  return cost.estimate_lines(costs, rate, FLAGS.parallel if backend != "slurm" else 1)
+  side_by_side = FLAGS.parallel if backend != "slurm" else 1
+  if backend == "tpu" and FLAGS.tpu_chips_per_run:
+    side_by_side *= len(tpu_pack.slots(FLAGS.tpu_accelerator_type, FLAGS.tpu_chips_per_run))
+  return cost.estimate_lines(costs, rate, side_by_side)
 
 
 def search_stage(study: Study, stage: Callable, *, root: str, state_root: str, read_state: bool,

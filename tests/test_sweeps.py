@@ -4,6 +4,7 @@
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -823,3 +824,43 @@ def test_the_cost_estimate_counts_training_flops_and_scales_a_given_throughput(
   probe = Study("p", config, lambda: [{"seed": 0}]).runs()[0]
   tokens_per_s = cost.time_probe(probe, config, sys.executable, env=ENV)
   assert tokens_per_s > 0
+
+
+def test_packed_tpu_runs_get_disjoint_chips_of_one_worker_each():
+  from sweeps import tpu_pack
+  # (workers, chips per worker, JAX devices per chip) from the accelerator type
+  assert tpu_pack.topology("v4-32") == (4, 4, 1) and tpu_pack.topology("v4-8") == (1, 4, 1)
+  assert tpu_pack.topology("v5litepod-8") == (1, 8, 1) and tpu_pack.topology("v6e-16") == (4, 4, 1)
+  assert tpu_pack.topology("v3-8") == (1, 4, 2) and tpu_pack.topology("v5p-64") == (8, 4, 1)
+  assert tpu_pack.devices_per_run("v3-32", 2) == 4
+  two = tpu_pack.slots("v4-32", 2)
+  assert [(s.worker, s.chips, s.port) for s in two[:3]] == [(0, (0, 1), 8476), (0, (2, 3), 8477),
+                                                            (1, (0, 1), 8476)]
+  with pytest.raises(ConfigError, match=r"--tpu_chips_per_run=8 must be one of \[1, 2, 4\]"):
+    tpu_pack.slots("v4-32", 8)
+  with pytest.raises(ConfigError, match="--tpu_accelerator_type=v9-8"):
+    tpu_pack.topology("v9-8")
+  args = ["--backend=tpu", "--root=/mnt/b/sweeps", "--tpu_name=pe-v4", "--tpu_zone=z",
+          "--tpu_accelerator_type=v4-32", "--tpu_repo=https://example.org/pe.git",
+          "--tpu_git_ref=0123abc", "--tpu_chips_per_run=1", "--tokens_per_s=20000", "--dry-run"]
+  dry = launch_cli("sweeps/pe_extrapolation_cpu.py", *args)
+  assert dry.returncode == 0, dry.stderr[-2000:]
+  out = dry.stdout
+  assert "# TPU pe-v4: 16 runs side by side, 1 chip(s) each" in out
+  assert out.index("# cost: 18 run(s)") < out.index("gcloud compute tpus tpu-vm ssh")
+  assert "with 16 side by side" in out
+  runs = re.findall(r"# run (\S+) on pe-v4 \(worker (\d), chip (\d)\)", out)
+  assert len(runs) == 18 and len({(w, c) for _, w, c in runs}) == 16  # every chip of the slice
+  lines = [l for l in out.splitlines() if " train.py " in l or " -m eval.run " in l]
+  for line in lines:
+    worker, chips, port = re.search(
+        r"--worker=(\d) '--command=cd pe-sweeps && TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1 "
+        r"TPU_PROCESS_BOUNDS=1,1,1 TPU_VISIBLE_DEVICES=(\d) TPU_MESH_CONTROLLER_ADDRESS="
+        r"localhost:(\d+) TPU_MESH_CONTROLLER_PORT=\3 ", line).groups()
+    assert int(port) == 8476 + int(chips) and line.rstrip("'").endswith("--distributed=off")
+  by_run = dict((name, (w, c)) for name, w, c in runs)
+  assert by_run["kind=none,seed=0,shuffle_seed=0"] == ("0", "0")
+  assert by_run["kind=sinusoidal,seed=1,shuffle_seed=1"] == ("2", "3")  # run 11: worker 2, chip 3
+  bad = launch_cli("sweeps/pe_extrapolation_cpu.py", *args[:-3], "--tpu_chips_per_run=3",
+                   "--dry-run")
+  assert bad.returncode == 2 and "--tpu_chips_per_run=3 must be one of [1, 2, 4]" in bad.stderr
