@@ -934,6 +934,69 @@ def fig_fine_tuning_curves(curves, frame):
   return fig
 
 
+RATIO_AXES = {"num_params": "parameters", "train_len": "train_len (tokens)"}
+
+
+def extrapolation_ratios(frame, multiplier: float = 8.0) -> pd.DataFrame:
+  """Per run (non-overlapping perplexity, no eval-time extension): ppl at `multiplier` x
+  train_len over ppl at 1x, with the run's scheme, seed, num_params and train_len; runs without
+  both lengths are left out."""
+  rows = _suite(frame, "ppl_vs_length", "non_overlapping")
+  out = []
+  for run, group in rows.groupby("run", sort=True):
+    by_mult = group.groupby("multiplier")["ppl"].mean()
+    at = {m: by_mult[m] for m in by_mult.index if np.isclose(m, multiplier) or np.isclose(m, 1)}
+    long = next((v for m, v in at.items() if np.isclose(m, multiplier)), None)
+    short = next((v for m, v in at.items() if np.isclose(m, 1.0)), None)
+    if long is None or short is None or not short > 0:
+      continue
+    first = group.iloc[0]
+    out.append({"run": run, "scheme": first.get("scheme"), "seed": first.get("seed"),
+                "num_params": first.get("num_params"), "train_len": first.get("train_len"),
+                "ratio": long / short})
+  return pd.DataFrame(out, columns=["run", "scheme", "seed", "num_params", "train_len", "ratio"])
+
+
+@_any_table
+def fig_extrapolation_ratio(frame, axis: str = "num_params", multiplier: float = 8.0):
+  """Extrapolation ratio (ppl at `multiplier` x train_len / ppl at train_len, non-overlapping
+  windows) against model size or training length, one line per scheme: mean over seeds with the
+  bootstrap band (`BAND`); the size and length axes of a study (sweeps/study.py model_sizes,
+  train_lengths).
+
+  Args:
+    frame: the results table; axis: "num_params" | "train_len"; multiplier: the long length.
+
+  Returns:
+    A Figure, or None when the table has fewer than two values of `axis`.
+
+  Raises:
+    ValueError: `axis` is not one of RATIO_AXES.
+  """
+  _check("axis", axis, RATIO_AXES)
+  ratios = extrapolation_ratios(frame, multiplier).dropna(subset=[axis])
+  if ratios[axis].nunique() < 2:
+    return None
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  for scheme, group in ratios.groupby("scheme", sort=True):
+    stats = group.groupby(axis)["ratio"].agg(["mean", bootstrap_low, bootstrap_high]).sort_index()
+    stats.columns = ["mean", "lo", "hi"]
+    style = scheme_style(str(scheme))
+    line, = ax.plot(stats.index, stats["mean"], label=str(scheme), markersize=5, **style)
+    band = stats.dropna()
+    if len(band) and (band["hi"] > band["lo"]).any():
+      ax.fill_between(band.index, band["lo"], band["hi"], color=line.get_color(), alpha=0.2)
+  ax.axhline(1.0, color="gray", linestyle=":", linewidth=1)
+  ax.set_xscale("log", base=10 if axis == "num_params" else 2)
+  ax.set_yscale("log")
+  ax.set_xlabel(RATIO_AXES[axis])
+  ax.set_ylabel(f"ppl at {multiplier:g}x train_len / ppl at 1x")
+  ax.set_title(f"Extrapolation ratio vs {RATIO_AXES[axis]}; mean over seeds, {BAND}", fontsize=9)
+  ax.grid(True, which="both", alpha=0.3)
+  _legend(fig)
+  return fig
+
+
 def fig_search(selection: dict):
   """The tuning stage of a study (sweeps/search.py): every candidate's score (validation loss at
   train_len after its last step, nats per token) against the first searched field, one line per
@@ -1013,7 +1076,11 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
               ("algorithmic", "Algorithmic tasks: exact match by instance size",
                fig_algorithmic(frame)),
               ("algorithmic_grid", "Grid tasks: exact match by both operands' sizes",
-               fig_algorithmic_grid(frame))]
+               fig_algorithmic_grid(frame)),
+              ("extrapolation_vs_size", "Extrapolation ratio (8x / 1x) vs model size",
+               fig_extrapolation_ratio(frame, "num_params")),
+              ("extrapolation_vs_train_len", "Extrapolation ratio (8x / 1x) vs train_len",
+               fig_extrapolation_ratio(frame, "train_len"))]
   for suite in suites_registry.REGISTRY:
     if suite not in DRAWN_SUITES and (frame["suite"] == suite).any():
       figures.append((f"{suite}_vs_length", f"{suite}: {suites_registry.REGISTRY[suite].metric} "

@@ -202,6 +202,53 @@ def cross(*point_lists: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- config files
 
 
+def model_sizes(shapes: Sequence[tuple[int, int]], *, head_dim: int = 32,
+                mlp_ratio: int = 4) -> list[dict[str, Any]]:
+  """Points of a model-size axis: for each (d_model, num_layers), model.d_model, num_layers,
+  num_heads = d_model // head_dim and mlp_dim = mlp_ratio x d_model (GPT-2's shape ladder).
+  Cross them with schemes: `cross(product(**{"model.position.kind": [...]}), model_sizes(...))`;
+  `param_counts` gives each size's parameters without allocating any.
+
+  Raises:
+    StudyError: a d_model that head_dim does not divide, or a non-positive size.
+  """
+  out = []
+  for d_model, num_layers in shapes:
+    if d_model < 1 or num_layers < 1 or d_model % head_dim:
+      raise StudyError(f"model_sizes(): ({d_model}, {num_layers}) needs d_model, num_layers >= 1 "
+                       f"and d_model a multiple of head_dim={head_dim}")
+    out.append({"model.d_model": d_model, "model.num_layers": num_layers,
+                "model.num_heads": d_model // head_dim, "model.mlp_dim": mlp_ratio * d_model})
+  return out
+
+
+def train_lengths(lengths: Sequence[int], *, tokens_per_step: int | None = None
+                  ) -> list[dict[str, Any]]:
+  """Points of a training-length axis (data.train_len); with `tokens_per_step`, data.batch_size
+  = tokens_per_step // train_len too, so every length trains on the same tokens per step (and,
+  at equal steps, the same tokens).
+
+  Raises:
+    StudyError: a length < 1, or one that does not divide tokens_per_step.
+  """
+  out = []
+  for n in lengths:
+    if n < 1 or (tokens_per_step and tokens_per_step % n):
+      raise StudyError(f"train_lengths(): {n} must be >= 1" + (
+          f" and divide tokens_per_step={tokens_per_step}" if tokens_per_step else ""))
+    out.append({"data.train_len": n} | ({"data.batch_size": tokens_per_step // n}
+                                        if tokens_per_step else {}))
+  return out
+
+
+def param_counts(config: ml_collections.ConfigDict, points: Sequence[Mapping[str, Any]]
+                 ) -> list[int]:
+  """Parameters of the model of each point's fields over `config` (nnx.eval_shape: nothing is
+  allocated; models.spec.count_params)."""
+  from models.spec import count_params  # noqa: PLC0415 -- jax, only when sizes are counted
+  return [count_params(apply_overrides(config, p)) for p in points]
+
+
 def load_config_file(path: str, arg: str = "") -> ml_collections.ConfigDict:
   """Calls `get_config()` of the config file at `path`, or `get_config(arg)` for a non-empty
   `arg` (as train.py's `--config=<path>[:<arg>]` does).
@@ -1058,5 +1105,6 @@ def load_study(spec: str) -> Study:
 
 
 __all__ = ["EvalCommand", "ResultKey", "Run", "Search", "Study", "StudyError", "apply_overrides",
-           "config_flags", "cross", "flag_value", "load_config_file", "load_study", "product",
+           "config_flags", "cross", "flag_value", "load_config_file", "load_study", "model_sizes",
+           "param_counts", "product", "train_lengths",
            "result_key", "run_name", "short_names", "zip_"]

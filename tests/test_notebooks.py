@@ -414,3 +414,34 @@ def test_grid_task_heatmaps_come_from_the_committed_addition_grid_table():
   square = [p for p in panels[3].patches]  # the training square, sizes 1..5
   assert len(square) == 1 and square[0].get_width() == 5
   assert figures.fig_algorithmic_grid(frame[frame["suite"] != "algorithmic"]) is None
+
+
+def test_extrapolation_ratio_against_model_size_and_train_len():
+  from sweeps.study import model_sizes, param_counts, train_lengths, StudyError
+  from configs import alibi_tiny
+  sizes = model_sizes([(64, 2), (128, 4)])
+  assert sizes[1] == {"model.d_model": 128, "model.num_layers": 4, "model.num_heads": 4,
+                      "model.mlp_dim": 512}
+  assert param_counts(alibi_tiny.get_config(), sizes)[1] == 820_736  # alibi_tiny's own size
+  assert train_lengths([128, 256], tokens_per_step=4096) == [
+      {"data.train_len": 128, "data.batch_size": 32}, {"data.train_len": 256, "data.batch_size": 16}]
+  with pytest.raises(StudyError, match="multiple of head_dim=32"):
+    model_sizes([(100, 2)])
+  rows = []  # ppl at 8x / 1x: alibi 1.0 everywhere; rope 2.0 at the small size, 4.0 at the large
+  for scheme, size, seed, ratio in [("alibi", 1e5, 0, 1.0), ("alibi", 1e6, 0, 1.0),
+                                    ("rope", 1e5, 0, 2.0), ("rope", 1e5, 1, 2.0),
+                                    ("rope", 1e6, 0, 3.0), ("rope", 1e6, 1, 5.0)]:
+    run = f"{scheme}-{size:g}-{seed}"
+    for m, ppl in ((1.0, 5.0), (8.0, 5.0 * ratio)):
+      rows.append({"run": run, "scheme": scheme, "seed": seed, "num_params": size,
+                   "train_len": 256, "suite": "ppl_vs_length", "protocol": "non_overlapping",
+                   "extension": "none", "multiplier": m, "length": int(256 * m), "ppl": ppl})
+  frame = pd.DataFrame(rows)
+  fig = figures.fig_extrapolation_ratio(frame, "num_params")
+  lines = {l.get_label(): l for l in fig.axes[0].get_lines() if not l.get_label().startswith("_")}
+  assert list(lines["alibi"].get_ydata()) == [1.0, 1.0]
+  assert list(lines["rope"].get_xdata()) == [1e5, 1e6]
+  assert list(lines["rope"].get_ydata()) == pytest.approx([2.0, 4.0])  # mean over seeds
+  assert figures.fig_extrapolation_ratio(frame, "train_len") is None  # one train_len only
+  with pytest.raises(ValueError, match="axis"):
+    figures.fig_extrapolation_ratio(frame, "d_model")
