@@ -334,7 +334,8 @@ def test_mini_study_runs_resumes_survives_a_failure_and_collects(text_corpus, tm
   assert second.returncode == 1, second.stdout + second.stderr
   assert "3 runs, 3 to run" in second.stdout
   failed_name = "seed=2,text_glob=_nonexistent__.txt"
-  table = second.stdout[second.stdout.index("run "):second.stdout.index("FAILED ")]
+  table = second.stdout[re.search(r"^ *run +status", second.stdout, re.M).start():
+                        second.stdout.index("FAILED ")]
   assert {line.split()[0]: line.split()[1] for line in table.splitlines()[1:]} == {
       "seed=0": "ok", "seed=1": "ok", failed_name: "failed"}
   assert f"FAILED {failed_name}: train exited 2: " in second.stdout
