@@ -253,7 +253,8 @@ def test_eval_cli_bad_flags_fail_in_one_line(args, message, tmp_path):
     # No near miss: the fields that exist at that level are listed.
     ("--config.eval.foo=1", "error: a --config override does not match the config "
      "(--config.eval.foo): 'foo'; config.eval has no field 'foo' (its fields: attention, "
-     "batch_tokens, extension, factor, length_multipliers, max_tokens_per_length, needle, "
+     "batch_tokens, common_words, extension, factor, frequent_words, length_multipliers, "
+     "max_tokens_per_length, needle, "
      "niah_multikey, niah_multiquery, niah_multivalue, passkey, position_bins, protocol, "
      "split, stride, suites, variable_tracking, window)"),
 ])
