@@ -1006,6 +1006,9 @@ def launch(study_spec: str) -> int:
                       "mount; slurm: a folder every node sees)")
   if FLAGS.parallel < 1:
     raise LaunchError(f"--parallel must be >= 1; got {FLAGS.parallel}")
+  if FLAGS.tokens_per_s < 0:
+    raise LaunchError(f"--tokens_per_s must be > 0, or 0 (the default: the study's own logged "
+                      f"tokens/s here, if any); got {FLAGS.tokens_per_s}")
   if FLAGS.num_devices < 0:
     raise LaunchError(f"--num_devices must be >= 1, or 0 for the backend's count; got "
                       f"{FLAGS.num_devices}")
@@ -1115,8 +1118,6 @@ def cost_estimate(study: Study, planned: Sequence[Planned], backend: str) -> lis
   --measure_throughput) from a short timing of the first pending run; FLOPs only without any."""
   todo = [p for p in planned if p.pending]
   costs = [cost.run_cost(p.run) for p in todo]
-  if FLAGS.tokens_per_s < 0:
-    raise LaunchError(f"--tokens_per_s must be > 0 (or 0: measured); got {FLAGS.tokens_per_s}")
   rate = None
   if FLAGS.tokens_per_s > 0:
     rate = cost.rate_from_tokens_per_s(FLAGS.tokens_per_s, costs[0])
