@@ -696,13 +696,9 @@ def check_retrieval(config) -> None:
                for d in depths)):
       raise ConfigError(f"{prefix}.depths must be a non-empty list of numbers in [0, 1] (share of "
                         f"the filler before the needle); got {depths!r}")
-    if not _integer(e.trials) or e.trials < 1:
-      raise ConfigError(f"{prefix}.trials must be a positive integer; got {e.trials!r}")
-    if not _integer(e.seed) or e.seed < 0:
-      raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {e.seed!r}")
-    if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float)) or not 0 < e.threshold <= 1:
-      raise ConfigError(f"{prefix}.threshold must lie in (0, 1] (accuracy a length needs); "
-                        f"got {e.threshold!r}")
+    check_trials(e, prefix, score="accuracy")
+    if suite == "passkey":  # the others' seeds were checked with their preamble above
+      check_seed(e, prefix, preamble=False)
     if digits is None:  # variable tracking: a leading space, then every name and ", " after it
       need = (e.num_hops + 1) * (VT_NAME_LETTERS + 2) + 1
       if not _integer(e.max_new_tokens) or e.max_new_tokens < need:
@@ -733,12 +729,38 @@ def check_fewshot(section, prefix: str) -> None:
 VT_NAME_LETTERS = 5  # letters per variable name of variable tracking (data/ruler.py)
 
 
-def _check_variable_tracking(section, prefix: str) -> None:
-  """Checks the seed, preamble, num_chains and num_hops of eval.variable_tracking."""
+def check_seed(section, prefix: str, *, preamble: bool = True) -> None:
+  """Checks <prefix>.seed and, with `preamble`, <prefix>.preamble of a prompt section.
+
+  Raises:
+    ConfigError: a seed that is not an integer >= 0; a preamble that is not a bool.
+  """
   if not _integer(section.seed) or section.seed < 0:
     raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {section.seed!r}")
-  if not isinstance(section.preamble, bool):
+  if preamble and not isinstance(section.preamble, bool):
     raise ConfigError(f"{prefix}.preamble must be True or False; got {section.preamble!r}")
+
+
+def check_trials(section, prefix: str, *, score: str) -> None:
+  """Checks <prefix>.trials and <prefix>.threshold of an evaluation suite's section.
+
+  Args:
+    score: what the threshold is compared with, for the message ("accuracy", "mean recall").
+
+  Raises:
+    ConfigError: trials not a positive integer; threshold outside (0, 1].
+  """
+  if not _integer(section.trials) or section.trials < 1:
+    raise ConfigError(f"{prefix}.trials must be a positive integer; got {section.trials!r}")
+  t = section.threshold
+  if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+    raise ConfigError(f"{prefix}.threshold must lie in (0, 1] ({score} a length needs); "
+                      f"got {t!r}")
+
+
+def _check_variable_tracking(section, prefix: str) -> None:
+  """Checks the seed, preamble, num_chains and num_hops of eval.variable_tracking."""
+  check_seed(section, prefix)
   for name in ("num_chains", "num_hops"):
     if not _integer(section[name]) or not 1 <= section[name] <= 64:
       raise ConfigError(f"{prefix}.{name} must be an integer in [1, 64]; got {section[name]!r}")
@@ -746,10 +768,7 @@ def _check_variable_tracking(section, prefix: str) -> None:
 
 def _retrieval_common(section, prefix: str, *, digits_field: str, max_digits: int) -> None:
   """Checks the seed, preamble and digit count of a passkey / needle section."""
-  if not _integer(section.seed) or section.seed < 0:
-    raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {section.seed!r}")
-  if not isinstance(section.preamble, bool):
-    raise ConfigError(f"{prefix}.preamble must be True or False; got {section.preamble!r}")
+  check_seed(section, prefix)
   digits = section[digits_field]
   if not _integer(digits) or not 1 <= digits <= max_digits:
     raise ConfigError(f"{prefix}.{digits_field} must be an integer in [1, {max_digits}]; "

@@ -44,7 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from configs.errors import ConfigError
-from data.passkey import RetrievalPrompt, _ids, cell_rng, check_fewshot
+from data.passkey import RetrievalPrompt, _ids, cell_rng, check_fewshot, check_seed, check_trials
 from data.tokenizers import ByteTokenizer
 
 CWE_PREAMBLE = ("Below is a numbered list of words. In these words, some appear more often than "
@@ -379,16 +379,8 @@ def check_config(config) -> None:
     if e is None:
       continue
     prefix = f"eval.{suite}"
-    if not _integer(e.trials) or e.trials < 1:
-      raise ConfigError(f"{prefix}.trials must be a positive integer; got {e.trials!r}")
-    if not _integer(e.seed) or e.seed < 0:
-      raise ConfigError(f"{prefix}.seed must be an integer >= 0; got {e.seed!r}")
-    if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float)) or not (
-        0 < e.threshold <= 1):
-      raise ConfigError(f"{prefix}.threshold must lie in (0, 1] (mean recall a length needs); "
-                        f"got {e.threshold!r}")
-    if not isinstance(e.preamble, bool):
-      raise ConfigError(f"{prefix}.preamble must be True or False; got {e.preamble!r}")
+    check_trials(e, prefix, score="mean recall")
+    check_seed(e, prefix)
     check_fewshot(e, prefix)
     if suite == "common_words":
       if not _integer(e.num_common) or not 1 <= e.num_common <= MAX_COMMON:

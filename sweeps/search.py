@@ -47,24 +47,33 @@ def groups(study: Study) -> list[dict[str, Any]]:
   for point in study.points():
     if any(k in point for k in CHILD_KEYS):
       continue
-    group = {k: point[k] for k in (BASE, *study.search.group_by) if k in point}
+    group = _group_of(point, study.search.group_by)
     if group not in out:
       out.append(group)
   return out
+
+
+def _group_of(point: Mapping[str, Any], group_by: Sequence[str]) -> dict[str, Any]:
+  """The group of a from-scratch point: its "@base" and `group_by` fields, those it sets."""
+  return {k: point[k] for k in (BASE, *group_by) if k in point}
 
 
 def check(study: Study) -> None:
   """Checks `study.search` before anything is planned.
 
   Raises:
-    StudyError: a grid that is not a non-empty dict of non-empty value lists, a grid field that
-      is also a group field, or group_by that is not a list of field names.
+    StudyError: a grid that is not a non-empty dict of non-empty lists of distinct values, a
+      grid field that is also a group field, or group_by that is not a list of field names.
   """
   s = study.search
   if not isinstance(s.grid, Mapping) or not s.grid:
     raise StudyError(f"study {study.name!r}: Search.grid must be a non-empty dict of dotted "
                      f"field -> candidate values, e.g. {{'train.learning_rate': [1e-3, 3e-3]}}; "
                      f"got {s.grid!r}")
+  for field, values in s.grid.items():
+    if isinstance(values, (list, tuple)) and len({repr(v) for v in values}) < len(values):
+      raise StudyError(f"study {study.name!r}: Search.grid[{field!r}] lists a value twice; "
+                       f"give distinct candidates; got {list(values)!r}")
   if isinstance(s.group_by, str) or not all(isinstance(f, str) for f in s.group_by):
     raise StudyError(f"study {study.name!r}: Search.group_by must be a list of dotted fields; "
                      f"got {s.group_by!r}")
@@ -134,13 +143,17 @@ def selection(study: Study, state_root: str) -> dict | None:
     StudyError: a group whose every candidate has a non-finite score (diverged).
   """
   search = search_study(study)
-  runs = {r.name: r for r in search.runs()}
+  runs = iter(search.runs())  # one per point, in the points' order: groups x the grid
   out_groups = []
   for group in groups(study):
     candidates = []
     for values in product(**{k: list(v) for k, v in study.search.grid.items()}):
-      name = _run_name(search, {**group, **values})
-      run = runs[name]
+      run = next(runs)
+      if not all((run.base if k == BASE else run.overrides.get(k)) == v
+                 for k, v in {**group, **values}.items()):
+        raise StudyError(f"study {study.name!r}: the search's runs do not follow its points "
+                         f"(at {group} x {values}: {run.name})")
+      name = run.name
       workdir = workdirs.join(state_root, study.name, SEARCH_FOLDER, name)
       if workdirs.run_state(run, workdir).train:
         return None
@@ -161,17 +174,12 @@ def selection(study: Study, state_root: str) -> dict | None:
           "groups": out_groups}
 
 
-def _run_name(search: Study, point: Mapping[str, Any]) -> str:
-  """The name `search.runs()` gives the run of `point`."""
-  one = dataclasses.replace(search, points=lambda: [dict(point)])
-  return one.runs()[0].name
-
-
 def _selected(sel: Mapping, point: Mapping[str, Any]) -> dict[str, Any]:
-  """The selected fields of the group `point` belongs to ({} when none matches)."""
+  """The selected fields of the group `point` belongs to ({} when none matches); groups are
+  compared as selection.json holds them (JSON: tuples as lists)."""
+  group = json.loads(json.dumps(_group_of(point, sel["group_by"])))
   for g in sel["groups"]:
-    if all(point.get(k) == v for k, v in g["group"].items()) and all(
-        k in g["group"] for k in point if k == BASE):
+    if g["group"] == group:
       return dict(g["selected"])
   return {}
 
