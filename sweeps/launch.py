@@ -20,7 +20,11 @@ Backends:
           each further evaluation), --parallel at a time, with one log per run
           (<root>/<study>/<run>/launch.log) and a progress bar over runs; a failed run does not
           stop the others; at the end a table of every run launched, and exit status 1 if any
-          failed.
+          failed. With --devices_per_run=N this machine's devices are split into slots of N
+          and each run executes on the first free slot, a one-process job that sees only its
+          slot's devices (GPUs through CUDA_VISIBLE_DEVICES, a TPU VM's chips through libtpu's
+          variables, and on CPU an emulation with N devices per process;
+          sweeps/local_pack.py); the slot is named in the run's log.
   tpu     a TPU VM (or --parallel of them, named <tpu_name>-<i>) through `gcloud compute tpus
           tpu-vm`: create it unless it exists; on --worker=all install gcsfuse if missing and
           mount --tpu_bucket at --tpu_mount (--rename-dir-limit, so that Orbax's rename of a
@@ -39,7 +43,10 @@ Backends:
   slurm   writes <root>/<study>/<run>/slurm.sbatch per pending run (the install of
           `-e <code>[cuda12]`, under flock, only when the venv is new or pyproject.toml changed;
           then `srun` train.py and eval.run on --slurm_nodes nodes, one process per node) and
-          submits it with `sbatch`. --slurm_signal_grace seconds (default 120) before the time
+          submits them with one `sbatch` as a job array (<root>/<study>/slurm_array.sbatch):
+          each task gets one run's resources, --slurm_nodes x --slurm_gpus_per_node (by default
+          one GPU), and runs that run's script; --slurm_array_max_running caps the tasks at
+          once; --noslurm_array submits one job per run. --slurm_signal_grace seconds (default 120) before the time
           limit the tasks get SIGTERM (train.py saves a checkpoint) and the job requeues itself;
           a preempted job is requeued by SLURM (#SBATCH --requeue); a requeued job resumes from
           the checkpoint and skips the steps already done. --root and
@@ -47,8 +54,9 @@ Backends:
           >= 3.11 (e.g. --slurm_setup='module load python/3.11').
 
 The mesh and batch checks before launching assume the devices a run gets: --num_devices, else
-this machine's (local), the chips of --tpu_accelerator_type (tpu: v2/v3 cores, v4/v5p chips =
-half the number in the name, v5e/v6e chips), or --slurm_nodes x --slurm_gpus_per_node (slurm).
+this machine's (local; --devices_per_run when given), the chips of --tpu_accelerator_type (tpu:
+v2/v3 cores, v4/v5p chips = half the number in the name, v5e/v6e chips), or --slurm_nodes x
+--slurm_gpus_per_node (slurm).
 
 `--dry-run` prints exactly the commands (local, tpu) or scripts (slurm) that would run, for the
 runs not yet complete, and launches nothing. (A dry run does not read a bucket: it lists every
@@ -65,6 +73,7 @@ import importlib.util
 import json
 import math
 import os
+import queue
 import re
 import shlex
 import subprocess
@@ -79,6 +88,7 @@ from configs.errors import ConfigError, parse_flags
 from eval.files import atomic_write
 from runs.checkpoint import committed_steps
 from sweeps import cost
+from sweeps import local_pack
 from sweeps import search as search_lib
 from sweeps import tpu_pack
 from sweeps import workdirs
@@ -95,6 +105,8 @@ SLURM_MAX_SIGNAL_S = 65535  # the largest sig_time sbatch --signal accepts
 LOG_NAME = "launch.log"
 MANIFEST = "study.json"
 SBATCH_NAME = "slurm.sbatch"
+ARRAY_NAME = "slurm_array.sbatch"  # <root>/<study>/: the job array of a launch's pending runs
+ARRAY_LOG = "slurm_array.log"  # beside it: the array tasks' dispatch lines
 
 
 class LaunchError(ConfigError):
@@ -295,10 +307,13 @@ def _tail(path: str, lines: int = 3) -> str:
 
 
 def execute(name: str, steps: Sequence[Step], log_path: str,
-            check: Callable[[int], str] | None = None) -> Outcome:
+            check: Callable[[int], str] | None = None,
+            slot: local_pack.LocalSlot | None = None) -> Outcome:
   """Runs `steps` in order from the repository root, appending their output to `log_path`;
   stops at the first that fails. `check(i)` (if given) is called after step i succeeded and
-  returns what is wrong ('' = nothing), which fails the run too.
+  returns what is wrong ('' = nothing), which fails the run too. With a `slot` (the local
+  backend's --devices_per_run), every step runs with the slot's variables added to this
+  process's environment, and the log names the slot.
 
   Returns:
     The run's Outcome ("ok" or "failed", with the failed command's exit status and the log's
@@ -306,20 +321,26 @@ def execute(name: str, steps: Sequence[Step], log_path: str,
   """
   os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
   start = time.perf_counter()
+  env = None if slot is None else os.environ | dict(slot.env)
+  where = "" if slot is None else f" on {slot.describe()}"
+  prefix = "" if slot is None else slot.assignments() + " "
   with open(log_path, "a") as log:
     for i, step in enumerate(steps):
       log.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} {name}: "
-                f"{step.label}\n$ {step.line}\n")
+                f"{step.label}{where}\n$ {prefix}{step.line}\n")
       log.flush()
       rc = subprocess.run(list(step.argv), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL).returncode
+                          stdin=subprocess.DEVNULL, env=env).returncode
       problem = f"{step.label} exited {rc}" if rc else (check(i) if check else "")
       if problem:
         log.write(f"=== {problem}\n")
         log.flush()
         detail = f"{problem}: {_tail(log_path)}" if rc else problem
         return Outcome(name, "failed", time.perf_counter() - start, detail, log_path)
-  return Outcome(name, "ok", time.perf_counter() - start, "", log_path)
+    seconds = time.perf_counter() - start
+    log.write(f"=== {datetime.datetime.now().isoformat(timespec='seconds')} {name}: done"
+              f"{where} ({_duration(seconds)})\n")
+  return Outcome(name, "ok", seconds, "", log_path)
 
 
 def _checker(planned: Planned, steps: Sequence[Step]) -> Callable[[int], str]:
@@ -421,22 +442,52 @@ def summary_table(outcomes: Sequence[Outcome]) -> str:
 # ---------------------------------------------------------------------------- backends
 
 
+def one_process_steps(steps: Sequence[Step]) -> list[Step]:
+  """`steps` as one-process jobs: train.py and eval.run get `--distributed=off` (a run packed
+  on some of this machine's devices is not a member of a cluster)."""
+  out = []
+  for step in steps:
+    tail = tpu_pack.one_process_tail(step.label)
+    out.append(dataclasses.replace(step, argv=step.argv + tuple(tail.split()),
+                                   line=step.line + tail))
+  return out
+
+
 def launch_local(study: Study, planned: Sequence[Planned], *, python: str, parallel: int,
-                 dry_run: bool) -> list[Outcome]:
-  """Runs (or, dry, prints) the pending runs here, `parallel` at a time."""
+                 dry_run: bool, slots: Sequence[local_pack.LocalSlot] = ()) -> list[Outcome]:
+  """Runs (or, dry, prints) the pending runs here, `parallel` at a time; with `slots`
+  (--devices_per_run, sweeps/local_pack.py), each run on the first free slot, confined to its
+  devices (`parallel` <= len(slots))."""
   config_arg = study.config_arg()
   todo = [p for p in planned if p.pending]
+  steps_of = ((lambda p: one_process_steps(run_steps(p, python, config_arg))) if slots
+              else (lambda p: run_steps(p, python, config_arg)))
   if dry_run:
     print(f"# the commands run in {REPO_ROOT}")
+    if slots:
+      print(f"# {len(slots)} slots of {len(slots[0].devices)} device(s), {parallel} used: each "
+            "run starts on the first free slot, every command with that slot's variables:")
+      for slot in slots[:parallel]:
+        print(f"#   {slot.describe()}: {slot.assignments()}")
     for p in todo:
       print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else "")
             + (f"; warm start from {p.run.parent}" if p.run.parent else ""))
-      for step in run_steps(p, python, config_arg):
+      for step in steps_of(p):
         print(("# before training: " if step.label.startswith("before") else "") + step.line)
     return []
+  free: "queue.SimpleQueue[local_pack.LocalSlot]" = queue.SimpleQueue()
+  for slot in slots[:parallel]:
+    free.put(slot)
+
   def job(p: Planned) -> Outcome:
-    steps = run_steps(p, python, config_arg)
-    return execute(p.run.name, steps, os.path.join(p.workdir, LOG_NAME), _checker(p, steps))
+    steps = steps_of(p)
+    slot = free.get() if slots else None  # run_all starts at most `parallel` jobs at once
+    try:
+      return execute(p.run.name, steps, os.path.join(p.workdir, LOG_NAME), _checker(p, steps),
+                     slot)
+    finally:
+      if slot is not None:
+        free.put(slot)
   jobs = [(p.run.name, lambda p=p: job(p)) for p in children_first(todo)]
   outcomes = {o.run: o for o in run_all(jobs, parallel, study.name,
                                         after={p.run.name: p.run.parent for p in todo
@@ -635,6 +686,9 @@ class SlurmOptions:
       (`#SBATCH --signal=B:USR1@<signal_grace>`): time for train.py to save a checkpoint.
     jax_requirement: an extra pip requirement installed with the code ('' = none; the code's
       `cuda12` extra is installed when gpus_per_node > 0).
+    array: submit a launch's pending runs as one job array, each task one run's resources
+      (`array_script`); False: one job per run.
+    array_max_running: the array's `%` limit on tasks at once (0: none).
   """
 
   nodes: int
@@ -648,6 +702,8 @@ class SlurmOptions:
   venv: str
   jax_requirement: str
   signal_grace: int = SLURM_SIGNAL_GRACE_S
+  array: bool = True
+  array_max_running: int = 0
 
 
 def slurm_time_seconds(limit: str) -> int:
@@ -758,15 +814,7 @@ def sbatch_script(opts: SlurmOptions, study: Study, planned: Planned) -> str:
   python = os.path.join(opts.venv, "bin", "python")
   directives = [f"--job-name={study.name}/{planned.run.name}",
                 f"--output={os.path.join(planned.workdir, LOG_NAME)}", "--open-mode=append",
-                f"--nodes={opts.nodes}", "--ntasks-per-node=1",
-                f"--cpus-per-task={opts.cpus_per_task}", f"--time={opts.time}",
-                f"--signal=B:USR1@{opts.signal_grace}", "--requeue"]
-  if opts.gpus_per_node:
-    directives.append(f"--gpus-per-node={opts.gpus_per_node}")
-  if opts.partition:
-    directives.append(f"--partition={opts.partition}")
-  if opts.account:
-    directives.append(f"--account={opts.account}")
+                *resource_directives(opts)]
   venv, code = shlex.quote(opts.venv), shlex.quote(opts.code_dir)
   stamp = shlex.quote(os.path.join(opts.venv, ".installed"))
   version = tuple(int(x) for x in PYTHON_VERSION.split("."))
@@ -798,26 +846,84 @@ def sbatch_script(opts: SlurmOptions, study: Study, planned: Planned) -> str:
   return "\n".join(lines) + "\n"
 
 
+def resource_directives(opts: SlurmOptions) -> list[str]:
+  """The #SBATCH options of one run's resources, limits and requeueing (without the job's name
+  and output): the same for a run's own job and for each task of a job array."""
+  out = [f"--nodes={opts.nodes}", "--ntasks-per-node=1", f"--cpus-per-task={opts.cpus_per_task}",
+         f"--time={opts.time}", f"--signal=B:USR1@{opts.signal_grace}", "--requeue"]
+  if opts.gpus_per_node:
+    out.append(f"--gpus-per-node={opts.gpus_per_node}")
+  if opts.partition:
+    out.append(f"--partition={opts.partition}")
+  if opts.account:
+    out.append(f"--account={opts.account}")
+  return out
+
+
+def array_script(opts: SlurmOptions, study: Study, runs: Sequence[Planned], folder: str) -> str:
+  """The sbatch script of a job array over `runs` (their slurm.sbatch written beside each
+  workdir): task i takes the resources of one run (--slurm_nodes x --slurm_gpus_per_node,
+  by default one GPU), sends its output to run i's launch.log and becomes run i's script
+  (`exec`, so the time-limit signal and the requeue of `SLURM_STEPS` act on this task alone:
+  in an array task SLURM_JOB_ID is the task's own job id). At most
+  `opts.array_max_running` tasks run at once (0: as many as the cluster gives). The
+  dispatcher's own lines go to `<folder>/slurm_array.log`."""
+  limit = f"%{opts.array_max_running}" if opts.array_max_running else ""
+  directives = [f"--job-name={study.name}", f"--array=0-{len(runs) - 1}{limit}",
+                f"--output={os.path.join(folder, ARRAY_LOG)}", "--open-mode=append",
+                *resource_directives(opts)]
+  table = "\n".join(f"  {shlex.quote(p.workdir)}  # {i}" for i, p in enumerate(runs))
+  return "\n".join(["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
+      f"# study {study.name}: {len(runs)} runs as one job array, written by sweeps.launch",
+      "set -euo pipefail",
+      f"workdirs=(\n{table}\n)",
+      'workdir=${workdirs[$SLURM_ARRAY_TASK_ID]}',
+      'echo "sweeps.launch: array task $SLURM_ARRAY_TASK_ID (job $SLURM_JOB_ID, restart '
+      '${SLURM_RESTART_COUNT:-0}) on $(hostname): $workdir" >&2',
+      f'exec bash "$workdir/{SBATCH_NAME}" >> "$workdir/{LOG_NAME}" 2>&1']) + "\n"
+
+
 def launch_slurm(study: Study, planned: Sequence[Planned], opts: SlurmOptions, *,
-                 dry_run: bool) -> list[Outcome]:
-  """Writes and submits (or, dry, prints) one sbatch script per pending run."""
+                 dry_run: bool, folder: str) -> list[Outcome]:
+  """Writes and submits (or, dry, prints) one sbatch script per pending run, and, with
+  `opts.array` and more than one run, submits them as one job array (`array_script`, written
+  to `<folder>/slurm_array.sbatch`) instead of one job each."""
+  todo = [p for p in planned if p.pending]
+  array = opts.array and len(todo) > 1
   outcomes = []
-  for p in (p for p in planned if p.pending):
+  for p in todo:
     script = sbatch_script(opts, study, p)
     path = os.path.join(p.workdir, SBATCH_NAME)
     if dry_run:
       print(f"# run {p.run.name}" + (f" ({p.state.describe()})" if p.state else "") + f": {path}")
       print(script, end="")
-      print(shlex.join(["sbatch", path]))
+      if not array:
+        print(shlex.join(["sbatch", path]))
       continue
     write_text(path, script)
+    if array:
+      continue
     start = time.perf_counter()
     done = subprocess.run(["sbatch", path], capture_output=True, text=True)
     detail = (done.stdout.strip() or done.stderr.strip())[-300:]
     outcomes.append(Outcome(p.run.name, "submitted" if done.returncode == 0 else "failed",
                             time.perf_counter() - start, detail,
                             os.path.join(p.workdir, LOG_NAME)))
-  return outcomes
+  if not array:
+    return outcomes
+  script, path = array_script(opts, study, todo, folder), os.path.join(folder, ARRAY_NAME)
+  if dry_run:
+    print(f"# the job array: task i runs run i above ({len(todo)} tasks): {path}")
+    print(script, end="")
+    print(shlex.join(["sbatch", path]))
+    return []
+  write_text(path, script)
+  start = time.perf_counter()
+  done = subprocess.run(["sbatch", path], capture_output=True, text=True)
+  detail = (done.stdout.strip() or done.stderr.strip())[-300:]
+  return [Outcome(p.run.name, "submitted" if done.returncode == 0 else "failed",
+                  time.perf_counter() - start, f"{detail} (array task {i})",
+                  os.path.join(p.workdir, LOG_NAME)) for i, p in enumerate(todo)]
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -836,6 +942,12 @@ def define_flags() -> None:
                       "--tpu_mount; slurm: a folder every node sees; both required).")
   flags.DEFINE_integer("parallel", 1, "local: runs at once; tpu: TPU VMs used (<tpu_name>-<i> "
                        "when > 1), one run at a time each.")
+  flags.DEFINE_integer("devices_per_run", 0, "local: 0 = each run sees all of this machine's "
+                       "devices; N = split them into slots of N and run one run per slot side by "
+                       "side, each process seeing only its slot's devices (GPUs: "
+                       "CUDA_VISIBLE_DEVICES; a TPU VM's chips; on CPU an emulation: N devices "
+                       "per process; sweeps/local_pack.py). --num_devices is then the devices "
+                       "to split (default: this machine's).")
   flags.DEFINE_bool("dry_run", False, "Print the commands / scripts; launch nothing.")
   flags.DEFINE_float("tokens_per_s", 0.0, "Training tokens/s of the study's first pending run on "
                      "the target, for the time estimate printed before launching (sweeps/cost.py; "
@@ -845,7 +957,8 @@ def define_flags() -> None:
                     "here for a few steps before launching (the time estimate's rate).")
   flags.DEFINE_alias("dry-run", "dry_run")
   flags.DEFINE_integer("num_devices", 0, "Devices each run sees, for the mesh and batch checks "
-                       "before launching; 0 = this machine's (local), the slice's "
+                       "before launching (local with --devices_per_run: the devices split into "
+                       "slots); 0 = this machine's (local), the slice's "
                        "(tpu: from --tpu_accelerator_type) or --slurm_nodes x "
                        "--slurm_gpus_per_node (slurm).")
   flags.DEFINE_string("python", None, "Interpreter of the runs; default: this one (local), "
@@ -885,6 +998,11 @@ def define_flags() -> None:
                        "--slurm_time at which train.py is told (SIGTERM) to save a checkpoint "
                        "and the job requeues itself (#SBATCH --signal=B:USR1@<seconds>); leave "
                        "time for the save.")
+  flags.DEFINE_bool("slurm_array", True, "slurm: submit the pending runs as one job array, "
+                    "each task one run with one run's resources (--slurm_nodes x "
+                    "--slurm_gpus_per_node: by default one GPU); --noslurm_array: one job per run.")
+  flags.DEFINE_integer("slurm_array_max_running", 0, "slurm: at most this many array tasks at "
+                       "once (sbatch --array=...%N); 0 = no limit.")
   flags.DEFINE_string("slurm_partition", "", "slurm: partition ('' = the cluster's default).")
   flags.DEFINE_string("slurm_account", "", "slurm: account ('' = none).")
   flags.DEFINE_multi_string("slurm_setup", [], "slurm: shell lines run before the install "
@@ -972,7 +1090,8 @@ def slurm_options() -> SlurmOptions:
       time limit not in one of SLURM's formats, or a --slurm_signal_grace outside
       1..min(65535, the time limit - 1) seconds.
   """
-  for name, low in (("slurm_nodes", 1), ("slurm_gpus_per_node", 0), ("slurm_cpus_per_task", 1)):
+  for name, low in (("slurm_nodes", 1), ("slurm_gpus_per_node", 0), ("slurm_cpus_per_task", 1),
+                    ("slurm_array_max_running", 0)):
     if FLAGS[name].value < low:
       raise LaunchError(f"--{name} must be >= {low}; got {FLAGS[name].value}")
   grace = check_signal_grace(FLAGS.slurm_signal_grace, FLAGS.slurm_time)
@@ -985,7 +1104,8 @@ def slurm_options() -> SlurmOptions:
   return SlurmOptions(FLAGS.slurm_nodes, FLAGS.slurm_gpus_per_node, FLAGS.slurm_cpus_per_task,
                       FLAGS.slurm_time, FLAGS.slurm_partition, FLAGS.slurm_account,
                       tuple(FLAGS.slurm_setup), FLAGS.slurm_code_dir, venv,
-                      FLAGS.jax_requirement, grace)
+                      FLAGS.jax_requirement, grace, FLAGS.slurm_array,
+                      FLAGS.slurm_array_max_running)
 
 
 def launch(study_spec: str) -> int:
@@ -1033,9 +1153,11 @@ def launch(study_spec: str) -> int:
     raise LaunchError(f"--backend=tpu: Study.config {study.config_arg()} is outside the "
                       f"repository, so the TPU workers' checkout does not have it")
   num_devices = FLAGS.num_devices or None
-  if num_devices is None and backend == "local":
-    import jax
-    num_devices = jax.device_count()
+  slots = local_slots(backend, num_devices)
+  if slots:
+    num_devices = len(slots[0].devices)
+  elif num_devices is None and backend == "local":
+    num_devices = local_pack.probe(FLAGS.python or sys.executable).count
   elif num_devices is None and backend == "tpu" and tpu.chips_per_run:
     num_devices = tpu_pack.devices_per_run(tpu.accelerator_type, tpu.chips_per_run)
   elif num_devices is None and backend == "tpu":
@@ -1050,7 +1172,8 @@ def launch(study_spec: str) -> int:
   read_state = not (dry_run and backend == "tpu" and (workdirs.is_remote(state_root)
                                                        or not os.path.isdir(state_root)))
   stage = functools.partial(run_stage, backend=backend, num_devices=num_devices,
-                            read_state=read_state, dry_run=dry_run, tpu=tpu, slurm=slurm)
+                            read_state=read_state, dry_run=dry_run, tpu=tpu, slurm=slurm,
+                            slots=slots)
   planned, outcomes = [], []
   if study.search is not None:  # the tuning stage first (sweeps/search.py)
     study, planned, outcomes = search_stage(study, stage, root=root, state_root=state_root,
@@ -1073,7 +1196,8 @@ def launch(study_spec: str) -> int:
 
 def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_devices: int | None,
               read_state: bool, dry_run: bool, tpu: "TpuOptions | None",
-              slurm: "SlurmOptions | None") -> tuple[list[Planned], list[Outcome]]:
+              slurm: "SlurmOptions | None",
+              slots: Sequence[local_pack.LocalSlot] = ()) -> tuple[list[Planned], list[Outcome]]:
   """Plans `study` under `root`, prints its header, writes its manifest (not in a dry run) and
   runs (or, dry, prints) its pending runs on `backend`.
 
@@ -1097,22 +1221,57 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
         + f"; backend {backend}, root {root}"
         + (f"\n# {study.description}" if study.description else ""))
   if todo:
-    print("\n".join(cost_estimate(study, planned, backend)))
+    print("\n".join(cost_estimate(study, planned, backend, local_parallel(slots))))
   if not dry_run:
     write_text(workdirs.join(state_root, study.name, MANIFEST), json.dumps(
         manifest(study, planned), indent=2, sort_keys=True, default=str) + "\n")
   if backend == "local":
     outcomes = launch_local(study, planned, python=FLAGS.python or sys.executable,
-                            parallel=FLAGS.parallel, dry_run=dry_run)
+                            parallel=local_parallel(slots), dry_run=dry_run, slots=slots)
   elif backend == "tpu":
     outcomes = launch_tpu(study, planned, tpu, parallel=FLAGS.parallel, dry_run=dry_run,
                           log_root=os.path.abspath(FLAGS.log_root))
   else:
-    outcomes = launch_slurm(study, planned, slurm, dry_run=dry_run)
+    outcomes = launch_slurm(study, planned, slurm, dry_run=dry_run,
+                            folder=workdirs.join(root, study.name))
   return planned, outcomes
 
 
-def cost_estimate(study: Study, planned: Sequence[Planned], backend: str) -> list[str]:
+def local_slots(backend: str, num_devices: int | None) -> list[local_pack.LocalSlot]:
+  """The local backend's slots (--devices_per_run; [] without): this machine's devices, or
+  --num_devices of them (on CPU, any number: an emulation), split into slots.
+
+  Raises:
+    ConfigError: --devices_per_run < 0, given to another backend, or not fitting the devices;
+      --num_devices above the GPUs or TPU devices this machine has.
+  """
+  n = FLAGS.devices_per_run
+  if n < 0:
+    raise LaunchError(f"--devices_per_run must be >= 1, or 0 for every device per run; got {n}")
+  if not n:
+    return []
+  if backend != "local":
+    raise LaunchError(f"--devices_per_run applies to --backend=local (tpu: "
+                      f"--tpu_chips_per_run; slurm: --slurm_gpus_per_node); got --backend={backend}")
+  machine = local_pack.probe(FLAGS.python or sys.executable)
+  if num_devices and machine.platform != "cpu" and num_devices > machine.count:
+    raise LaunchError(f"--num_devices={num_devices}: this machine has {machine.count} "
+                      f"{machine.platform} devices")
+  if num_devices:
+    machine = dataclasses.replace(machine, count=num_devices)
+  return local_pack.slots(machine, n)
+
+
+def local_parallel(slots: Sequence[local_pack.LocalSlot]) -> int:
+  """Runs at once on the local backend: --parallel, or with slots every slot (at most
+  --parallel when it is given)."""
+  if not slots:
+    return FLAGS.parallel
+  return min(FLAGS.parallel, len(slots)) if FLAGS["parallel"].present else len(slots)
+
+
+def cost_estimate(study: Study, planned: Sequence[Planned], backend: str,
+                  parallel: int) -> list[str]:
   """The cost lines printed before launching the pending runs of `planned` (sweeps/cost.py):
   the rate from --tokens_per_s, else from the study's runs' own logs here, else (local,
   --measure_throughput) from a short timing of the first pending run; FLOPs only without any."""
@@ -1129,7 +1288,7 @@ def cost_estimate(study: Study, planned: Sequence[Planned], backend: str) -> lis
       tps = cost.time_probe(first, study.config_arg(), FLAGS.python or sys.executable)
       rate = (tps * costs[0].flops_per_token, f"a short timing of {first.name} here: "
                                               f"{tps:,.0f} tokens/s")
-  side_by_side = FLAGS.parallel if backend != "slurm" else 1
+  side_by_side = parallel if backend != "slurm" else 1
   if backend == "tpu" and FLAGS.tpu_chips_per_run:
     side_by_side *= len(tpu_pack.slots(FLAGS.tpu_accelerator_type, FLAGS.tpu_chips_per_run))
   return cost.estimate_lines(costs, rate, side_by_side)

@@ -45,12 +45,17 @@ class Slot:
   chips: tuple[int, ...]
   port: int
 
+  def variables(self) -> tuple[tuple[str, str], ...]:
+    """The environment variables that confine a process to this slot's chips, in order."""
+    return (("TPU_CHIPS_PER_PROCESS_BOUNDS", CHIP_BOUNDS[len(self.chips)]),
+            ("TPU_PROCESS_BOUNDS", "1,1,1"),
+            ("TPU_VISIBLE_DEVICES", ",".join(map(str, self.chips))),
+            ("TPU_MESH_CONTROLLER_ADDRESS", f"localhost:{self.port}"),
+            ("TPU_MESH_CONTROLLER_PORT", str(self.port)))
+
   def env(self) -> str:
-    """The shell assignments that confine a process to this slot's chips."""
-    return (f"TPU_CHIPS_PER_PROCESS_BOUNDS={CHIP_BOUNDS[len(self.chips)]} TPU_PROCESS_BOUNDS=1,1,1 "
-            f"TPU_VISIBLE_DEVICES={','.join(map(str, self.chips))} "
-            f"TPU_MESH_CONTROLLER_ADDRESS=localhost:{self.port} "
-            f"TPU_MESH_CONTROLLER_PORT={self.port}")
+    """The same variables as shell assignments."""
+    return " ".join(f"{k}={v}" for k, v in self.variables())
 
   def describe(self) -> str:
     return f"worker {self.worker}, chip{'s' * (len(self.chips) > 1)} " + ",".join(
@@ -101,9 +106,14 @@ def packed_line(line: str, slot: Slot, label: str) -> str:
   """`line` (a train.py or eval.run command) confined to `slot`: the environment in front and
   `--distributed=off` after; other commands (a child's `before` steps) only get the
   environment."""
-  tail = " --distributed=off" if label == "train" or label.startswith("eval") else ""
-  return f"{slot.env()} {line}{tail}"
+  return f"{slot.env()} {line}{one_process_tail(label)}"
 
 
-__all__ = ["CHIP_BOUNDS", "PORT_BASE", "Slot", "devices_per_run", "packed_line", "slots",
-           "topology"]
+def one_process_tail(label: str) -> str:
+  """' --distributed=off' for a train or eval step (a one-process job on its own devices, not
+  a member of the machine's or slice's cluster); '' for other commands."""
+  return " --distributed=off" if label == "train" or label.startswith("eval") else ""
+
+
+__all__ = ["CHIP_BOUNDS", "PORT_BASE", "Slot", "devices_per_run", "one_process_tail",
+           "packed_line", "slots", "topology"]

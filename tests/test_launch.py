@@ -423,6 +423,61 @@ def test_a_requeued_script_skips_the_steps_already_done(planned, tmp_path):
   assert rc == 0 and len(log) == 3 and "skipped" not in out, out
 
 
+def test_a_job_array_task_becomes_its_runs_script_and_requeues_alone(planned, tmp_path):
+  study, p = planned
+  runs = [launch.Planned(p.run, str(tmp_path / f"wd{i}"), str(tmp_path / f"wd{i}"), None)
+          for i in range(3)]
+  opts = slurm_options(tmp_path, array_max_running=2, gpus_per_node=1)
+  (tmp_path / "venv" / ".installed").write_text(  # installed already, with the GPU extra
+      shlex.join(["-e", f"{tmp_path}/code[cuda12]"]) + "\n")
+  for r in runs:
+    os.makedirs(r.workdir)
+    with open(os.path.join(r.workdir, launch.SBATCH_NAME), "w") as f:
+      f.write(launch.sbatch_script(opts, study, r))
+  script = launch.array_script(opts, study, runs, str(tmp_path))
+  lines = script.splitlines()
+  assert "#SBATCH --array=0-2%2" in lines and "#SBATCH --gpus-per-node=1" in lines
+  assert "#SBATCH --nodes=1" in lines and "#SBATCH --requeue" in lines
+  assert f"#SBATCH --output={tmp_path}/slurm_array.log" in lines
+  rc, log, out = run_script(tmp_path, script, SLURM_ARRAY_TASK_ID="1")
+  assert rc == 0, out
+  assert "array task 1 (job 42, restart 0)" in out and f"{tmp_path}/wd1" in out
+  assert len(log) == 2 and all(f"--workdir={tmp_path}/wd1" in l for l in log)  # run 1 only
+  assert not os.path.exists(tmp_path / "wd0" / launch.LOG_NAME)
+  # the task's time limit: its run saves, and the task (its own job id) is requeued
+  rc, log, out = run_script(tmp_path, script, SLURM_ARRAY_TASK_ID="2", SLURM_JOB_ID="77",
+                            SRUN_SLEEP="1", send=lambda job, task: os.kill(job, signal.SIGUSR1))
+  assert rc == 0, out
+  assert log[1:] == ["scancel --signal=TERM 77", "task: SIGTERM", "scontrol requeue 77"]
+  with open(tmp_path / "wd2" / launch.LOG_NAME) as f:
+    assert "time limit in 120 s" in f.read()  # the run's own output goes to its launch.log
+
+
+def test_slurm_submits_one_array_or_one_job_per_run(planned, tmp_path, monkeypatch, capsys):
+  study, p = planned
+  runs = [launch.Planned(p.run, str(tmp_path / f"wd{i}"), str(tmp_path / f"wd{i}"), None)
+          for i in range(3)]
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "sbatch").write_text('#!/bin/bash\necho "$1" >> "$FAKE_LOG"\n'
+                                  'echo "Submitted batch job 9"\n')
+  (bin_dir / "sbatch").chmod(0o755)
+  monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+  monkeypatch.setenv("FAKE_LOG", str(tmp_path / "sbatch.log"))
+  outcomes = launch.launch_slurm(study, runs, slurm_options(tmp_path), dry_run=False,
+                                 folder=str(tmp_path))
+  with open(tmp_path / "sbatch.log") as f:
+    assert f.read().splitlines() == [f"{tmp_path}/slurm_array.sbatch"]
+  assert [o.status for o in outcomes] == ["submitted"] * 3
+  assert outcomes[2].detail == "Submitted batch job 9 (array task 2)"
+  assert all(os.path.exists(os.path.join(r.workdir, launch.SBATCH_NAME)) for r in runs)
+  os.remove(tmp_path / "sbatch.log")
+  launch.launch_slurm(study, runs, slurm_options(tmp_path, array=False), dry_run=False,
+                      folder=str(tmp_path))
+  with open(tmp_path / "sbatch.log") as f:
+    assert f.read().splitlines() == [f"{r.workdir}/slurm.sbatch" for r in runs]
+
+
 def test_signal_grace_and_time_limit_are_checked():
   assert [launch.slurm_time_seconds(t) for t in ("90", "5:30", "1:00:00", "2-3", "2-3:04",
                                                  "2-3:04:05")] == [

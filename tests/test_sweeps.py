@@ -2,6 +2,8 @@
 (run, resume, a failing run), the tpu/slurm dry runs, and the collected table."""
 
 import concurrent.futures
+import glob
+import itertools
 import json
 import os
 import re
@@ -232,7 +234,7 @@ def test_tpu_dry_run_has_worker_flag_install_run_and_workdir(dry_runs):
 def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
   root, out = dry_runs
   scripts = out["slurm"].split("#!/bin/bash")[1:]
-  assert len(scripts) == 18
+  assert len(scripts) == 18 + 1  # a script per run, then the job array over them
   script = next(s for s in scripts if "--job-name=pe_extrapolation_cpu/kind=xpos,seed=1" in s)
   workdir = f"{root}/pe_extrapolation_cpu/kind=xpos,seed=1,shuffle_seed=1"
   assert "#SBATCH --nodes=2" in script and f"#SBATCH --output={workdir}/launch.log" in script
@@ -245,7 +247,11 @@ def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
           and " srun --nodes=2 --ntasks-per-node=1 " in l]
   assert len(srun) == 3 and " train.py --config=configs/passkey_tiny.py" in srun[0]
   assert f"--workdir={workdir} " in srun[0] and " -m eval.run " in srun[1]
-  assert f"sbatch {workdir}/slurm.sbatch" in script
+  array = scripts[-1].splitlines()
+  assert "#SBATCH --array=0-17" in array and "#SBATCH --nodes=2" in array
+  assert f"  {workdir}  # 17" in array  # task 17 runs that run's script
+  assert array[-1] == f"sbatch {root}/pe_extrapolation_cpu/slurm_array.sbatch"
+  assert out["slurm"].count("\nsbatch ") == 1  # one submission
 
 
 def test_launcher_flags_are_checked_before_anything_runs(tmp_path):
@@ -694,6 +700,7 @@ def write_tuned_study(folder, text_glob: str) -> str:
   tiny.train.warmup_steps = 1
   tiny.eval.length_multipliers = (1.0,)
   tiny.eval.max_tokens_per_length = 128
+  tiny.mesh.data = -1  # every device the run sees
   config = write_config_file(os.path.join(folder, "tiny_config.py"), tiny)
   path = os.path.join(folder, "tuned.py")
   with open(path, "w") as f:
@@ -719,9 +726,31 @@ def test_a_search_stage_selects_per_scheme_and_the_final_runs_use_it(text_corpus
   assert "# study search: 6 runs, 6 to run" in dry.stdout
   assert "# final stage of tuned: after the search" in dry.stdout
   assert f"--workdir={root}/tuned/search/kind=rope,learning_rate=0.03 " in dry.stdout
-  done = launch_cli(path, f"--root={root}", "--num_devices=1", "--parallel=2", env=env)
+  # Four emulated devices split into two slots of two: each run is a separate process that
+  # sees two CPU devices (the launcher's own environment has one), one run per slot at a time.
+  done = launch_cli(path, f"--root={root}", "--num_devices=4", "--devices_per_run=2", env=env)
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   assert "9 of 9 launched runs succeeded" in done.stdout
+  spans = {}  # run -> (slot, start, end) from its launch.log
+  for workdir in glob.glob(os.path.join(root, "tuned", "search", "kind=*")) + glob.glob(
+      os.path.join(root, "tuned", "kind=*")):
+    with open(os.path.join(workdir, "config.json")) as f:
+      assert json.load(f)["num_devices"] == 2, workdir
+    with open(os.path.join(workdir, "launch.log")) as f:
+      log = f.read()
+    assert "--distributed=off" in log and "XLA_FLAGS=" in log
+    marks = re.findall(r"^=== (\S+) \S+: (?:train|done) on slot (\d) \(devices (\S+)\)", log, re.M)
+    assert len(marks) == 2 and marks[0][1:] == marks[1][1:], log[-2000:]
+    slot, devices = marks[0][1:]
+    assert devices == {"0": "0,1", "1": "2,3"}[slot]
+    spans[workdir] = (slot, marks[0][0], marks[1][0])
+  assert len(spans) == 9 and {s for s, _, _ in spans.values()} == {"0", "1"}
+  for a, b in itertools.combinations(spans.values(), 2):  # one run per slot at a time
+    if a[0] == b[0]:
+      assert a[2] <= b[1] or b[2] <= a[1], (a, b)
+  firsts = [min((s for s in spans.values() if s[0] == slot), key=lambda s: s[1])
+            for slot in "01"]
+  assert firsts[0][1] < firsts[1][2] and firsts[1][1] < firsts[0][2]  # side by side
   with open(os.path.join(root, "tuned", "selection.json")) as f:
     selection = json.load(f)
   by_scheme = {g["group"]["model.position.kind"]: g for g in selection["groups"]}
@@ -763,7 +792,9 @@ def test_search_studies_and_selections_are_checked_and_applied(tmp_path):
   bad = [(study_lib.Search(grid={}), "Search.grid must be a non-empty dict"),
          (study_lib.Search(grid={"model.position.kind": ["rope"]}), "also group_by fields"),
          (study_lib.Search(grid={"train.learning_rate": [1e-3]}, group_by="model"),
-          "group_by must be a list")]
+          "group_by must be a list"),
+         (study_lib.Search(grid={"train.learning_rate": [1e-3, 1e-3]}),
+          r"Search.grid\['train.learning_rate'\] lists a value twice")]
   for s, message in bad:
     with pytest.raises(StudyError, match=message):
       search.search_study(Study(**base, search=s))
@@ -865,3 +896,31 @@ def test_packed_tpu_runs_get_disjoint_chips_of_one_worker_each():
   bad = launch_cli("sweeps/pe_extrapolation_cpu.py", *args[:-3], "--tpu_chips_per_run=3",
                    "--dry-run")
   assert bad.returncode == 2 and "--tpu_chips_per_run=3 must be one of [1, 2, 4]" in bad.stderr
+
+
+def test_local_slots_confine_each_run_to_its_devices():
+  from sweeps import local_pack
+  from sweeps.local_pack import Machine
+  gpus = local_pack.slots(Machine("cuda", 8), 2)
+  assert [(s.devices, s.env) for s in gpus[:2]] == [
+      ((0, 1), (("CUDA_VISIBLE_DEVICES", "0,1"),)), ((2, 3), (("CUDA_VISIBLE_DEVICES", "2,3"),))]
+  assert len(gpus) == 4 and local_pack.slots(Machine("rocm", 3), 1)[2].env == (
+      ("HIP_VISIBLE_DEVICES", "2"),)
+  cpu = local_pack.slots(Machine("cpu", 4), 2, xla_flags="--a=1 "
+                         "--xla_force_host_platform_device_count=8 --b=2")
+  assert len(cpu) == 2 and dict(cpu[1].env) == {
+      "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--a=1 --b=2 --xla_force_host_platform_device_count=2"}
+  tpu = local_pack.slots(Machine("tpu", 4), 1)  # a v4-8 VM: 4 chips, one JAX device each
+  assert dict(tpu[3].env)["TPU_VISIBLE_DEVICES"] == "3"
+  assert dict(tpu[3].env)["TPU_MESH_CONTROLLER_PORT"] == "8479"
+  v3 = local_pack.slots(Machine("tpu", 8, per_chip=2), 4)  # a v3-8: two cores per chip
+  assert [dict(s.env)["TPU_VISIBLE_DEVICES"] for s in v3] == ["0,1", "2,3"]
+  assert dict(v3[0].env)["TPU_CHIPS_PER_PROCESS_BOUNDS"] == "1,2,1"
+  with pytest.raises(ConfigError, match=r"--devices_per_run=3 must be one of \[2, 4, 8\]"):
+    local_pack.slots(Machine("tpu", 8, per_chip=2), 3)
+  with pytest.raises(ConfigError, match="--devices_per_run=5 must be between 1 and this "
+                                        "machine's 4 cuda device"):
+    local_pack.slots(Machine("cuda", 4), 5)
+  bad = launch_cli("sweeps/pe_extrapolation_cpu.py", "--backend=slurm", "--root=/tmp/x",
+                   "--devices_per_run=1", "--dry-run")
+  assert bad.returncode == 2 and "--devices_per_run applies to --backend=local" in bad.stderr
