@@ -61,6 +61,7 @@ run columns are empty.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -70,7 +71,7 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-from absl import app
+from absl import app, flags
 
 from configs import base as base_config, extension_recipes
 from configs.errors import ConfigError, flatten, parse_flags
@@ -87,6 +88,7 @@ STANDARD_FIELDS = {"model.position.kind": "scheme", "seed": "seed", "data.train_
                    "model.num_heads": "num_heads", "train.num_steps": "num_steps",
                    "data.task.name": "task", "data.passkey.fraction": "train_passkey_fraction"}
 MANIFEST = "study.json"
+SOURCES = "results.sources.json"  # beside the tables: the SHA-256 of each file read
 
 
 class CollectError(ConfigError):
@@ -106,7 +108,8 @@ def result_file_runs(folder: str, skipped: list[str] | None = None
   A file `<run>_<suite><suffix>.json` (the run's eval/<suite><suffix>.json with the run's name
   in front; `suite` is the one the file records) belongs to run `<run>`; a file named after its
   suite alone (`passkey.json`: a copied eval/ folder) to a run named after `folder`. Files that
-  are not JSON objects with a `suite` are left out, and their names appended to `skipped`.
+  are not JSON objects with a `suite` are left out, and their names appended to `skipped`
+  (except the launcher's study.json and selection.json and collect's own SOURCES).
   """
   runs: dict[str, list[tuple[str, dict[str, Any]]]] = {}
   for name in sorted(os.listdir(folder)):
@@ -119,7 +122,7 @@ def result_file_runs(folder: str, skipped: list[str] | None = None
     except (OSError, ValueError):
       result = None
     if not isinstance(result, dict) or not isinstance(result.get("suite"), str):
-      if skipped is not None and name != MANIFEST:
+      if skipped is not None and name not in (MANIFEST, SOURCES, "selection.json"):
         skipped.append(name)
       continue
     stem, marker = name[:-len(".json")], "_" + result["suite"]
@@ -401,27 +404,57 @@ def missing_runs(study_dir: str, frame: pd.DataFrame) -> list[str]:
   return [n for n in names if n not in have]
 
 
-def runs_newer_than(study_dir: str, mtime: float) -> list[str]:
-  """Names of the runs of `study_dir` with a config.json, metrics.jsonl or eval/*.json modified
-  after `mtime` (seconds since the epoch, e.g. a results table's): the runs a table written at
-  `mtime` may not include."""
-  newer = []
+def _source_files(workdir: str) -> list[str]:
+  """The files of a run folder that its rows are read from: config.json, metrics.jsonl and
+  eval/*.json (those that exist)."""
+  eval_dir = os.path.join(workdir, "eval")
+  files = [os.path.join(workdir, "config.json"), os.path.join(workdir, "metrics.jsonl")]
+  if os.path.isdir(eval_dir):
+    files += sorted(os.path.join(eval_dir, n) for n in os.listdir(eval_dir) if n.endswith(".json"))
+  return [f for f in files if os.path.exists(f)]
+
+
+def fingerprints(study_dir: str) -> dict[str, str]:
+  """{path relative to `study_dir`: SHA-256 of its bytes} for every source file of every run
+  folder of `study_dir` (`_source_files`): what sweeps.collect records in SOURCES."""
+  out = {}
   for workdir in run_dirs(study_dir):
-    eval_dir = os.path.join(workdir, "eval")
-    files = [os.path.join(workdir, "config.json"), os.path.join(workdir, "metrics.jsonl")]
-    if os.path.isdir(eval_dir):
-      files += [os.path.join(eval_dir, n) for n in os.listdir(eval_dir) if n.endswith(".json")]
-    if any(os.path.exists(f) and os.path.getmtime(f) > mtime for f in files):
-      newer.append(os.path.basename(workdir))
-  return newer
+    for path in _source_files(workdir):
+      with open(path, "rb") as f:
+        out[os.path.relpath(path, study_dir)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+def stale_runs(study_dir: str, table: str) -> list[str]:
+  """Names of the runs of `study_dir` whose results `table` (a results table sweeps.collect
+  wrote there) may not include: runs with a source file added, removed or changed since, judged
+  by the SHA-256s collect recorded in SOURCES beside the table (so a fresh clone, whose files
+  all get new modification times, is not stale); a table without SOURCES (written before they
+  were recorded) falls back to modification times: runs with a file newer than the table.
+  """
+  sources = os.path.join(os.path.dirname(table), SOURCES)
+  if not os.path.exists(sources):
+    mtime = os.path.getmtime(table)
+    return [os.path.basename(w) for w in run_dirs(study_dir)
+            if any(os.path.getmtime(f) > mtime for f in _source_files(w))]
+  with open(sources) as f:
+    recorded = json.load(f)
+  current = fingerprints(study_dir)
+  changed = {k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k)}
+  return sorted({k.split(os.sep)[0] for k in changed})
 
 
 def main(argv):
   if len(argv) != 2:
-    print("error: usage: python -m sweeps.collect <root>/<study>; got "
+    print("error: usage: python -m sweeps.collect <root>/<study> [--out=<folder>]; got "
           f"{len(argv) - 1} arguments", file=sys.stderr)
     sys.exit(2)
   study_dir = os.path.normpath(argv[1])
+  out = (FLAGS["out"].value if "out" in FLAGS else None) or study_dir  # defined under __main__
+  if os.path.exists(out) and not os.path.isdir(out):
+    print(f"error: --out={out} is a file; give a folder for results.parquet, results.csv and "
+          "summary.csv", file=sys.stderr)
+    sys.exit(2)
   try:
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
@@ -432,18 +465,32 @@ def main(argv):
   for w in caught:
     print(f"warning: {w.message}", file=sys.stderr)
   summary = summarize(frame)
+  os.makedirs(out, exist_ok=True)
   for name in ("results.parquet", "results.csv"):
-    write_frame(frame, os.path.join(study_dir, name))
-  write_frame(summary, os.path.join(study_dir, "summary.csv"))
+    write_frame(frame, os.path.join(out, name))
+  write_frame(summary, os.path.join(out, "summary.csv"))
+  if out == study_dir:  # what the tables were read from, for stale_runs
+    text = json.dumps(fingerprints(study_dir), indent=1, sort_keys=True) + "\n"
+    atomic_write(os.path.join(out, SOURCES), lambda tmp: open(tmp, "w").write(text))
   with pd.option_context("display.width", 250, "display.max_columns", 60,
                          "display.float_format", "{:.4g}".format):
     print(summary.to_string(index=False))
   absent = missing_runs(study_dir, frame)
-  print(f"# {frame['run'].nunique()} runs, {len(frame)} rows -> {study_dir}/results.parquet, "
+  print(f"# {frame['run'].nunique()} runs, {len(frame)} rows -> {out}/results.parquet, "
         f"results.csv, summary.csv"
         + (f"; {len(absent)} run(s) of study.json without results yet: {', '.join(absent)}"
            if absent else ""))
 
 
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("out", None, "Folder for results.parquet, results.csv and summary.csv; "
+                      "default: the study folder itself (where sweeps.report and the notebooks "
+                      "look for them).")
+
+
 if __name__ == "__main__":
+  define_flags()
   app.run(main, flags_parser=parse_flags)

@@ -27,7 +27,7 @@ from eval.plots import (ACCURACY_CMAP, LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_a
                         subplots)
 from configs.extension_recipes import RECIPES
 from runs.metrics import read_metrics
-from sweeps.collect import (bootstrap_high, bootstrap_low, configuration_columns, runs_newer_than,
+from sweeps.collect import (bootstrap_high, bootstrap_low, configuration_columns, stale_runs,
                             summarize)
 
 
@@ -42,8 +42,9 @@ def study_table_path(study_dir: str) -> str | None:
 
 def read_table(path: str):
   """A study's results table: `results.parquet` / `results.csv` (sweeps.collect), or a study
-  folder holding one (parquet preferred). A warning names the runs whose results are newer than
-  the folder's table (collect it again to include them).
+  folder holding one (parquet preferred). A warning names the runs whose results changed since
+  the folder's table was collected (sweeps.collect.stale_runs; collect it again to include
+  them).
 
   Raises:
     FileNotFoundError: no such file, or a folder without a results table.
@@ -53,9 +54,9 @@ def read_table(path: str):
   if os.path.isdir(path):
     table = study_table_path(path)
     if table is not None:
-      newer = runs_newer_than(path, os.path.getmtime(table))
+      newer = stale_runs(path, table)
       if newer:
-        warnings.warn(f"{table} is older than the results of {len(newer)} run(s) "
+        warnings.warn(f"{table} predates the results of {len(newer)} run(s) "
                       f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}); run "
                       f"python -m sweeps.collect {path} to include them", stacklevel=2)
       return read_table(table)

@@ -1152,22 +1152,8 @@ def launch(study_spec: str) -> int:
   if backend == "tpu" and os.path.isabs(study.config_arg()):
     raise LaunchError(f"--backend=tpu: Study.config {study.config_arg()} is outside the "
                       f"repository, so the TPU workers' checkout does not have it")
-  num_devices = FLAGS.num_devices or None
-  slots = local_slots(backend, num_devices)
-  if slots:
-    num_devices = len(slots[0].devices)
-  elif num_devices is None and backend == "local":
-    num_devices = local_pack.probe(FLAGS.python or sys.executable).count
-  elif num_devices is None and backend == "tpu" and tpu.chips_per_run:
-    num_devices = tpu_pack.devices_per_run(tpu.accelerator_type, tpu.chips_per_run)
-  elif num_devices is None and backend == "tpu":
-    num_devices = tpu_devices(tpu.accelerator_type)  # None: the mesh's fixed axes
-    if num_devices is None:
-      print(f"warning: --tpu_accelerator_type={tpu.accelerator_type}: device count unknown; "
-            "the checks assume the product of each config's fixed mesh axes (set "
-            "--num_devices)", file=sys.stderr)
-  elif num_devices is None and backend == "slurm":
-    num_devices = slurm.nodes * max(1, slurm.gpus_per_node)
+  slots = local_slots(backend, FLAGS.num_devices or None)
+  num_devices = devices_per_run(backend, tpu, slurm, slots)
   # A dry run does not read a bucket, nor a TPU root that this machine does not mount.
   read_state = not (dry_run and backend == "tpu" and (workdirs.is_remote(state_root)
                                                        or not os.path.isdir(state_root)))
@@ -1221,7 +1207,8 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
         + f"; backend {backend}, root {root}"
         + (f"\n# {study.description}" if study.description else ""))
   if todo:
-    print("\n".join(cost_estimate(study, planned, backend, local_parallel(slots))))
+    print("\n".join(cost_estimate(study, planned, backend, local_parallel(slots),
+                                   slots[0] if slots else None)))
   if not dry_run:
     write_text(workdirs.join(state_root, study.name, MANIFEST), json.dumps(
         manifest(study, planned), indent=2, sort_keys=True, default=str) + "\n")
@@ -1235,6 +1222,30 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
     outcomes = launch_slurm(study, planned, slurm, dry_run=dry_run,
                             folder=workdirs.join(root, study.name))
   return planned, outcomes
+
+
+def devices_per_run(backend: str, tpu: TpuOptions | None, slurm: SlurmOptions | None,
+                    slots: Sequence[local_pack.LocalSlot]) -> int | None:
+  """The devices each run sees, for the mesh and batch checks: a slot's (--devices_per_run),
+  else --num_devices, else this machine's (local, listed in a child process), a packed run's
+  chips or the slice's (tpu; None when the accelerator type is unknown: the checks then take
+  each config's fixed mesh axes), or --slurm_nodes x --slurm_gpus_per_node (slurm)."""
+  if slots:
+    return len(slots[0].devices)
+  if FLAGS.num_devices:
+    return FLAGS.num_devices
+  if backend == "local":
+    return local_pack.probe(FLAGS.python or sys.executable).count
+  if backend == "slurm":
+    return slurm.nodes * max(1, slurm.gpus_per_node)
+  if tpu.chips_per_run:
+    return tpu_pack.devices_per_run(tpu.accelerator_type, tpu.chips_per_run)
+  found = tpu_devices(tpu.accelerator_type)
+  if found is None:
+    print(f"warning: --tpu_accelerator_type={tpu.accelerator_type}: device count unknown; the "
+          "checks assume the product of each config's fixed mesh axes (set --num_devices)",
+          file=sys.stderr)
+  return found
 
 
 def local_slots(backend: str, num_devices: int | None) -> list[local_pack.LocalSlot]:
@@ -1270,11 +1281,12 @@ def local_parallel(slots: Sequence[local_pack.LocalSlot]) -> int:
   return min(FLAGS.parallel, len(slots)) if FLAGS["parallel"].present else len(slots)
 
 
-def cost_estimate(study: Study, planned: Sequence[Planned], backend: str,
-                  parallel: int) -> list[str]:
+def cost_estimate(study: Study, planned: Sequence[Planned], backend: str, parallel: int,
+                  slot: local_pack.LocalSlot | None = None) -> list[str]:
   """The cost lines printed before launching the pending runs of `planned` (sweeps/cost.py):
   the rate from --tokens_per_s, else from the study's runs' own logs here, else (local,
-  --measure_throughput) from a short timing of the first pending run; FLOPs only without any."""
+  --measure_throughput) from a short timing of the first pending run (on `slot`'s devices when
+  runs are packed, --devices_per_run); FLOPs only without any."""
   todo = [p for p in planned if p.pending]
   costs = [cost.run_cost(p.run) for p in todo]
   rate = None
@@ -1285,7 +1297,8 @@ def cost_estimate(study: Study, planned: Sequence[Planned], backend: str,
     if rate is None and FLAGS.measure_throughput:
       first = todo[0].run
       print(f"# timing {first.name} here for the estimate (--measure_throughput) ...", flush=True)
-      tps = cost.time_probe(first, study.config_arg(), FLAGS.python or sys.executable)
+      tps = cost.time_probe(first, study.config_arg(), FLAGS.python or sys.executable,
+                            env=None if slot is None else os.environ | dict(slot.env))
       rate = (tps * costs[0].flops_per_token, f"a short timing of {first.name} here: "
                                               f"{tps:,.0f} tokens/s")
   side_by_side = parallel if backend != "slurm" else 1

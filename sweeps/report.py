@@ -101,7 +101,8 @@ def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
 
   Args:
     path: a study folder (<root>/<study>) or a results .parquet / .csv file. A folder whose
-      results table is missing, or older than some run's results, is collected again (in memory,
+      results table is missing, or predates some run's results (sweeps.collect.stale_runs), is
+      collected again (in memory,
       sweeps.collect.collect; a note on stderr says so; the folder's files are left as they are).
 
   Raises:
@@ -111,10 +112,10 @@ def load_study_table(path: str) -> tuple[pd.DataFrame, str]:
   if os.path.isdir(path):
     name = os.path.basename(os.path.normpath(path))
     table = study_table_path(path)
-    if table is not None and not collect.runs_newer_than(path, os.path.getmtime(table)):
+    if table is not None and not collect.stale_runs(path, table):
       return _read(table), name
     if table is not None:
-      print(f"note: {table} is older than some runs' results; collecting {path} again "
+      print(f"note: {table} predates some runs' results; collecting {path} again "
             "(in memory; python -m sweeps.collect updates the files)", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")

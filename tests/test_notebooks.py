@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import jax
 import numpy as np
@@ -222,12 +223,44 @@ def test_every_registered_scheme_has_its_own_style():
   assert figures.scheme_style("my_new_scheme") == figures.scheme_style("my_new_scheme")
 
 
-def test_the_report_of_a_folder_collects_again_when_runs_are_newer(study, tmp_path):
+def test_collect_writes_its_tables_where_out_says(study, tmp_path):
+  out = tmp_path / "tables"
+  done = subprocess.run([sys.executable, "-m", "sweeps.collect", study, f"--out={out}"],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr
+  assert sorted(os.listdir(out)) == ["results.csv", "results.parquet", "summary.csv"]
+  assert pd.read_parquet(out / "results.parquet").equals(
+      pd.read_parquet(os.path.join(study, "results.parquet")))
+  assert f"-> {out}/results.parquet" in done.stdout
+  (tmp_path / "a_file").write_text("")
+  bad = subprocess.run([sys.executable, "-m", "sweeps.collect", study,
+                        f"--out={tmp_path / 'a_file'}"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+      f"error: --out={tmp_path / 'a_file'} is a file; give a folder for results.parquet, "
+      "results.csv and summary.csv"]
+
+
+def test_the_report_of_a_folder_collects_again_when_runs_changed(study, tmp_path):
   copy = shutil.copytree(study, str(tmp_path / "study"))
   run = os.path.join(copy, "kind=alibi,seed=0", "eval", "passkey.json")
-  os.utime(run, (os.path.getmtime(run) + 100, os.path.getmtime(run) + 100))
-  with pytest.warns(UserWarning, match="older than the results of 1 run"):
+  later = (os.path.getmtime(run) + 100,) * 2
+  os.utime(run, later)  # a new modification time alone (a fresh clone) changes nothing
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
     figures.read_table(copy)
+  assert collect.stale_runs(copy, os.path.join(copy, "results.parquet")) == []
+  with open(run) as f:
+    text = f.read()
+  with open(run, "w") as f:
+    f.write(text + "\n")  # new content: the table may not hold it
+  with pytest.warns(UserWarning, match="predates the results of 1 run"):
+    figures.read_table(copy)
+  os.remove(os.path.join(copy, collect.SOURCES))  # a table collected before SOURCES existed
+  other = os.path.join(copy, "kind=rope,seed=1", "metrics.jsonl")
+  os.utime(other, later)
+  assert collect.stale_runs(copy, os.path.join(copy, "results.parquet")) == [
+      "kind=alibi,seed=0", "kind=rope,seed=1"]  # by modification times
   with open(os.path.join(copy, "kind=alibi,seed=1", "eval", "ppl_vs_length.json"), "w") as f:
     f.write("{half")  # a half-written file: left out with a warning
   result = subprocess.run([sys.executable, "-m", "sweeps.report", copy], cwd=REPO,
