@@ -1002,7 +1002,8 @@ def fig_search(selection: dict):
   """The tuning stage of a study (sweeps/search.py): every candidate's score (validation loss at
   train_len after its last step, nats per token) against the first searched field, one line per
   group in its scheme's style, the selected candidate starred; diverged candidates (infinite
-  score) are left out and counted in the legend.
+  score) are left out and counted in the legend. With successive halving, the lines are the
+  last rung's candidates and the earlier rungs' (shorter budgets) are hollow markers.
 
   Args:
     selection: a `selection.json` (sweeps.search.selection).
@@ -1019,8 +1020,15 @@ def fig_search(selection: dict):
   for g in groups:
     label = ", ".join(f"{v}" for k, v in g["group"].items() if k != "@base") or "all runs"
     style = scheme_style(str(g["group"].get("model.position.kind", label)))
-    cands = [c for c in g["candidates"] if np.isfinite(c["score"])]
-    diverged = len(g["candidates"]) - len(cands)
+    last = max(c.get("rung", 0) for c in g["candidates"])  # successive halving: rungs
+    earlier = [c for c in g["candidates"] if c.get("rung", 0) < last and np.isfinite(c["score"])]
+    if earlier:
+      ax.plot([c["fields"][field] for c in earlier], [c["score"] for c in earlier], marker="o",
+              markerfacecolor="none", color=style.get("color"), alpha=0.6, linestyle="none")
+      values += [c["fields"][field] for c in earlier]
+    final = [c for c in g["candidates"] if c.get("rung", 0) == last]
+    cands = [c for c in final if np.isfinite(c["score"])]
+    diverged = len(final) - len(cands)
     others = [k for k in selection["grid"] if k != field]
     for key in sorted({tuple(c["fields"][k] for k in others) for c in cands}):
       line = sorted((c["fields"][field], c["score"]) for c in cands
@@ -1031,7 +1039,7 @@ def fig_search(selection: dict):
               label=label + (f" ({extra})" if extra else "")
               + (f"; {diverged} diverged" if diverged else ""))
       values += [x for x, _ in line]
-    best = next(c for c in g["candidates"] if c["fields"] == g["selected"])
+    best = next(c for c in final if c["fields"] == g["selected"])
     if np.isfinite(best["score"]):
       ax.plot([best["fields"][field]], [best["score"]], marker="*", markersize=14,
               color=style.get("color"), markeredgecolor="black", linestyle="none")
@@ -1040,8 +1048,11 @@ def fig_search(selection: dict):
     ax.set_xscale("log")
   ax.set_xlabel(field)
   ax.set_ylabel("validation loss at train_len (nats per token)")
+  halving = selection.get("halving")
   ax.set_title(f"{selection.get('study', 'study')}: tuning stage, one line per group; star: "
-               "selected", fontsize=9)
+               "selected" + (f"\nsuccessive halving, eta {halving['eta']}: lines the last of "
+                             f"{halving['rungs']} rungs (full budget), hollow the earlier"
+                             if halving else ""), fontsize=9)
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=LEGEND_FONTSIZE)
   return fig

@@ -1309,16 +1309,27 @@ def cost_estimate(study: Study, planned: Sequence[Planned], backend: str, parall
 
 def search_stage(study: Study, stage: Callable, *, root: str, state_root: str, read_state: bool,
                  dry_run: bool) -> tuple[Study | None, list[Planned], list[Outcome]]:
-  """Runs the tuning stage of `study` (sweeps/search.py) in `<root>/<study>/search/`, then,
-  when every search run is complete, writes `<root>/<study>/selection.json` (not in a dry run)
+  """Runs the tuning stage of `study` (sweeps/search.py) in `<root>/<study>/search/` (with
+  successive halving, rung after rung as long as each is complete), then, when every search
+  run is complete, writes `<root>/<study>/selection.json` (not in a dry run)
   and returns the final stage's study; None instead when the search is not done.
 
   Raises:
     ConfigError: a bad search (sweeps.search.check), or a group whose candidates all diverged.
   """
-  search = search_lib.search_study(study)
+  search = search_lib.search_study(study)  # checks the search; its first rung with halving
   planned, outcomes = stage(search, workdirs.join(root, study.name),
                             workdirs.join(state_root, study.name))
+  rungs = search_lib.num_rungs(study)
+  for rung in range(1, rungs):  # successive halving: each rung once the one before is complete
+    search = search_lib.rung_study(study, rung, state_root if read_state else None)
+    if search is None:
+      print(f"# rung {rung + 1} of {rungs} of {study.name}'s search: after rung {rung} (its runs "
+            "are not all complete yet)")
+      break
+    more, done = stage(search, workdirs.join(root, study.name),
+                       workdirs.join(state_root, study.name))
+    planned, outcomes = planned + more, outcomes + done
   path = search_lib.selection_path(state_root, study)
   chosen = search_lib.selection(study, state_root) if read_state else None
   if chosen is None and dry_run:

@@ -220,9 +220,13 @@ def _search_html(selection: dict) -> tuple[list[str], tuple | None]:
   """The tuning stage's section (its figure and every candidate with its score) of a
   selection.json, and the figure's (id, caption, figure) or None."""
   fig = fig_search(selection)
+  rungs = selection.get("halving", {}).get("rungs", 1)
   rows = [{"group": ", ".join(f"{k}={v}" for k, v in g["group"].items()),
-           **{k: c["fields"][k] for k in selection["grid"]}, "score": c["score"],
-           "selected": "yes" if c["fields"] == g["selected"] else ""}
+           **{k: c["fields"][k] for k in selection["grid"]},
+           **({"rung": c["rung"] + 1, "num_steps": c["num_steps"]} if "rung" in c else {}),
+           "score": c["score"],
+           "selected": "yes" if c["fields"] == g["selected"] and c.get("rung", 0) == rungs - 1
+           else ""}
           for g in selection["groups"] for c in g["candidates"]]
   parts = ["<h2 id='search'>Tuning stage (selection.json)</h2>",
            f"<p>Selected per group on {html.escape(str(selection.get('metric', '')))}; the "

@@ -8,7 +8,12 @@ again):
   1. the search: for every group of the study's from-scratch points (default: each scheme),
      every combination of the grid, trained on the search's budget, in
      `<root>/<study>/search/<run>` (a study of its own, `search_study`; collect it with
-     `python -m sweeps.collect <root>/<study>/search`);
+     `python -m sweeps.collect <root>/<study>/search`); or, with successive halving
+     (`Search(halving_eta=3, halving_rungs=3)`), in rungs: every candidate at 1/eta^(rungs-1)
+     of the search's train.num_steps, then the best 1/eta of each group at eta times that,
+     and so on up to the full budget (`rung_study`; names carry `num_steps`; each rung starts
+     when the one before is complete, in the same launch on the local and TPU backends, at
+     the next launch on Slurm), the selection being the best of the last rung;
   2. once every search run is complete: `<root>/<study>/selection.json` (written atomically)
      records every candidate's score, the validation loss at train_len after its last step
      (train.py's final `val_loss`, nats per token; lower is better, ties to the earlier grid
@@ -32,12 +37,13 @@ from typing import Any, Mapping, Sequence
 
 from runs.metrics import METRICS_FILE
 from sweeps import workdirs
-from sweeps.study import BASE, CHILD_KEYS, PARENT, Study, StudyError, cross, product
+from sweeps.study import BASE, CHILD_KEYS, PARENT, Run, Study, StudyError, product
 
 SEARCH_FOLDER = "search"  # <root>/<study>/search/<run>
 SELECTION = "selection.json"  # <root>/<study>/selection.json
 METRIC = "val_loss"  # train.py's validation loss at train_len (nats per token), lower is better
 DEFAULT_COMMON = {"eval.length_multipliers": (1.0,)}  # the search needs train_len only
+STEPS, WARMUP = "train.num_steps", "train.warmup_steps"  # set per rung by successive halving
 
 
 def groups(study: Study) -> list[dict[str, Any]]:
@@ -77,6 +83,18 @@ def check(study: Study) -> None:
   if isinstance(s.group_by, str) or not all(isinstance(f, str) for f in s.group_by):
     raise StudyError(f"study {study.name!r}: Search.group_by must be a list of dotted fields; "
                      f"got {s.group_by!r}")
+  if isinstance(s.halving_eta, bool) or not isinstance(s.halving_eta, int) or (
+      s.halving_eta != 0 and s.halving_eta < 2):
+    raise StudyError(f"study {study.name!r}: Search.halving_eta must be 0 (the whole grid at "
+                     f"one budget) or an integer >= 2 (successive halving: keep 1/eta per "
+                     f"rung); got {s.halving_eta!r}")
+  if s.halving_eta and (isinstance(s.halving_rungs, bool) or not isinstance(s.halving_rungs, int)
+                        or s.halving_rungs < 2):
+    raise StudyError(f"study {study.name!r}: Search.halving_rungs must be an integer >= 2 with "
+                     f"successive halving; got {s.halving_rungs!r}")
+  if s.halving_eta and {STEPS, WARMUP} & set(s.grid):
+    raise StudyError(f"study {study.name!r}: successive halving sets {STEPS} and {WARMUP} per "
+                     "rung; they cannot be Search.grid fields")
   both = sorted(set(s.grid) & set(s.group_by))
   if both:
     raise StudyError(f"study {study.name!r}: Search.grid field(s) {both} are also group_by "
@@ -86,17 +104,129 @@ def check(study: Study) -> None:
 def search_study(study: Study) -> Study:
   """The search stage as a study of its own, named SEARCH_FOLDER (its runs live in
   `<root>/<study>/search/`): groups x the grid's product, with the study's common fields, then
-  DEFAULT_COMMON, then `Search.common`.
+  DEFAULT_COMMON, then `Search.common`. With successive halving, its first rung (`rung_study`).
 
   Raises:
     StudyError: see `check`.
   """
   check(study)
-  s = study.search
-  points = cross(groups(study), product(**{k: list(v) for k, v in s.grid.items()}))
+  if study.search.halving_eta:
+    return rung_study(study, 0, None)
+  return _study_of(study, _entries(study), None)
+
+
+def _entries(study: Study) -> list[tuple[dict, dict]]:
+  """(group, grid values) of every candidate: groups x the grid's product, in that order."""
+  values = product(**{k: list(v) for k, v in study.search.grid.items()})
+  return [(g, v) for g in groups(study) for v in values]
+
+
+def _study_of(study: Study, entries: Sequence[tuple[dict, dict]],
+              budgets: Sequence[Mapping[str, int]] | None, rung: int | None = None) -> Study:
+  """The search study of `entries` (one run each, in order); with `budgets` (one per entry) each
+  point sets its budget's fields (a rung of successive halving: train.num_steps and
+  train.warmup_steps)."""
+  points = [{**g, **v} for g, v in entries]
+  if budgets is not None:
+    points = [{**p, **b} for p, b in zip(points, budgets)]
+  where = "" if rung is None else (f", rung {rung + 1} of {study.search.halving_rungs} of "
+                                   f"successive halving (eta {study.search.halving_eta})")
   return Study(name=SEARCH_FOLDER, config=study.config, points=lambda: points,
-               common={**study.common, **DEFAULT_COMMON, **s.common}, aliases=study.aliases,
-               description=f"the tuning stage of {study.name}: {len(points)} runs")
+               common={**study.common, **DEFAULT_COMMON, **study.search.common},
+               aliases=study.aliases,
+               description=f"the tuning stage of {study.name}: {len(points)} runs{where}")
+
+
+def num_rungs(study: Study) -> int:
+  """The search's stages: Search.halving_rungs with successive halving, else 1 (the grid)."""
+  return study.search.halving_rungs if study.search.halving_eta else 1
+
+
+def rung_budgets(study: Study) -> list[list[dict[str, int]]]:
+  """Successive halving's budget per group and rung, {train.num_steps, train.warmup_steps}:
+  the group's full search budget (its run's train.num_steps with the search's common fields)
+  divided by eta^(rungs-1-r) at rung r, so that the last rung trains the full budget, and the
+  warmup scaled alike (rounded), so that every rung's schedule has the full one's shape.
+
+  Raises:
+    StudyError: a first rung of fewer than one step (raise train.num_steps, or use fewer rungs
+      or a smaller eta).
+  """
+  s = study.search
+  full = _study_of(study, [(g, {}) for g in groups(study)], None).runs()
+  out = []
+  for g, run in zip(groups(study), full):
+    steps = [run.num_steps // s.halving_eta ** (s.halving_rungs - 1 - r)
+             for r in range(s.halving_rungs)]
+    if steps[0] < 1:
+      raise StudyError(f"study {study.name!r}: successive halving over {s.halving_rungs} rungs "
+                       f"(eta {s.halving_eta}) needs train.num_steps >= "
+                       f"{s.halving_eta ** (s.halving_rungs - 1)} in the search of group {g}; "
+                       f"got {run.num_steps}")
+    warmup = int(run.config.train.warmup_steps)
+    out.append([{STEPS: b, WARMUP: round(warmup * b / run.num_steps)} for b in steps])
+  return out
+
+
+def rung_study(study: Study, rung: int, state_root: str | None) -> Study | None:
+  """Rung `rung` (0-based) of successive halving (Jamieson & Talwalkar 2016, arXiv
+  1502.07943; Li et al., Hyperband, arXiv 1603.06560): rung 0 trains every candidate of every
+  group at the group's budget / eta^(rungs-1); rung r trains the best ceil(n / eta) of the n
+  candidates rung r-1 trained (lowest METRIC; ties to the earlier grid entry) at eta times the
+  budget, each from scratch (its schedule spans its own num_steps, `rung_budgets`). Run names
+  carry `num_steps` and `warmup_steps`. None when rung r-1 is not complete in `state_root` (or `state_root` is None
+  and rung > 0).
+  """
+  found = _rung(study, rung, state_root)
+  return None if found is None else found[0]
+
+
+def _rung(study: Study, rung: int, state_root: str | None
+          ) -> tuple[Study, list[tuple[dict, dict]]] | None:
+  """(the study of `rung`, its entries), or None when an earlier rung is not complete."""
+  budgets = {json.dumps(g, sort_keys=True): b for g, b in zip(groups(study), rung_budgets(study))}
+  if rung == 0:
+    entries = _entries(study)
+  else:
+    before = _rung(study, rung - 1, state_root) if state_root is not None else None
+    if before is None:
+      return None
+    scored = _scores(study, *before, state_root)
+    if scored is None:
+      return None
+    scores = [value for _, value in scored]
+    entries = []
+    for g in groups(study):
+      mine = [(e, x) for e, x in zip(before[1], scores) if e[0] == g]
+      keep = math.ceil(len(mine) / study.search.halving_eta)
+      ranked = sorted(range(len(mine)), key=lambda i: mine[i][1])[:keep]  # ties: the earlier
+      entries += [mine[i][0] for i in sorted(ranked)]
+  steps = [budgets[json.dumps(g, sort_keys=True)][rung] for g, _ in entries]
+  return _study_of(study, entries, steps, rung), entries
+
+
+def _scores(study: Study, search: Study, entries: Sequence[tuple[dict, dict]],
+            state_root: str) -> list[tuple[Run, float]] | None:
+  """Each entry's run and its METRIC after its last step (`score`), in order; None when a run
+  is not complete or logged none.
+
+  Raises:
+    StudyError: the search's runs do not follow its entries (an internal inconsistency).
+  """
+  out = []
+  for (group, values), run in zip(entries, search.runs(), strict=True):
+    if not all((run.base if k == BASE else run.overrides.get(k)) == v
+               for k, v in {**group, **values}.items()):
+      raise StudyError(f"study {study.name!r}: the search's runs do not follow its points "
+                       f"(at {group} x {values}: {run.name})")
+    workdir = workdirs.join(state_root, study.name, SEARCH_FOLDER, run.name)
+    if workdirs.run_state(run, workdir).train:
+      return None
+    value = score(workdir, run.num_steps)
+    if value is None:
+      return None
+    out.append((run, value))
+  return out
 
 
 def _metrics_records(workdir: str) -> list[dict]:
@@ -137,31 +267,35 @@ def selection(study: Study, state_root: str) -> dict | None:
 
   Returns:
     {"study", "metric", "grid", "group_by", "written", "groups": [{"group": {...}, "selected":
-    {grid field: value}, "candidates": [{"run", "fields", "score"}, ...]}, ...]}.
+    {grid field: value}, "candidates": [{"run", "fields", "score"}, ...]}, ...]}; with
+    successive halving also "halving": {"eta", "rungs"}, and each candidate's "rung" (0-based)
+    and "num_steps"; the selection is the best of the last rung.
 
   Raises:
     StudyError: a group whose every candidate has a non-finite score (diverged).
   """
-  search = search_study(study)
-  runs = iter(search.runs())  # one per point, in the points' order: groups x the grid
+  s = study.search
+  rungs = num_rungs(study)
+  by_group: dict[str, list[dict]] = {json.dumps(g, sort_keys=True): [] for g in groups(study)}
+  for r in range(rungs):
+    found = _rung(study, r, state_root) if s.halving_eta else (
+        _study_of(study, _entries(study), None), _entries(study))
+    if found is None:
+      return None
+    search, entries = found
+    scored = _scores(study, search, entries, state_root)
+    if scored is None:
+      return None
+    for (group, values), (run, value) in zip(entries, scored):
+      c = {"run": run.name, "fields": values, "score": value}
+      if s.halving_eta:
+        c |= {"rung": r, "num_steps": run.num_steps}
+      by_group[json.dumps(group, sort_keys=True)].append(c)
   out_groups = []
   for group in groups(study):
-    candidates = []
-    for values in product(**{k: list(v) for k, v in study.search.grid.items()}):
-      run = next(runs)
-      if not all((run.base if k == BASE else run.overrides.get(k)) == v
-                 for k, v in {**group, **values}.items()):
-        raise StudyError(f"study {study.name!r}: the search's runs do not follow its points "
-                         f"(at {group} x {values}: {run.name})")
-      name = run.name
-      workdir = workdirs.join(state_root, study.name, SEARCH_FOLDER, name)
-      if workdirs.run_state(run, workdir).train:
-        return None
-      value = score(workdir, run.num_steps)
-      if value is None:
-        return None
-      candidates.append({"run": name, "fields": values, "score": value})
-    best = min(candidates, key=lambda c: c["score"])  # the first of equal scores
+    candidates = by_group[json.dumps(group, sort_keys=True)]
+    last = [c for c in candidates if c.get("rung", 0) == rungs - 1]
+    best = min(last, key=lambda c: c["score"])  # the first of equal scores
     if not math.isfinite(best["score"]):
       raise StudyError(f"study {study.name!r}: every search run of group {group} diverged "
                        f"(non-finite {METRIC}); widen Search.grid")
@@ -170,6 +304,8 @@ def selection(study: Study, state_root: str) -> dict | None:
   return {"study": study.name, "metric": f"{METRIC} at train_len after the last step (nats per "
           "token, lower is better)", "grid": {k: list(v) for k, v in study.search.grid.items()},
           "group_by": list(study.search.group_by),
+          **({"halving": {"eta": s.halving_eta, "rungs": s.halving_rungs}}
+             if s.halving_eta else {}),
           "written": datetime.datetime.now().isoformat(timespec="seconds"),
           "groups": out_groups}
 
@@ -221,7 +357,9 @@ def describe(sel: Mapping) -> list[str]:
   """One line per group: its selected fields and every candidate's score."""
   lines = []
   for g in sel["groups"]:
-    scores = ", ".join(f"{_fmt(c['fields'])}: {c['score']:.4f}" for c in g["candidates"])
+    scores = ", ".join(f"{_fmt(c['fields'])}"
+                       + (f" at {c['num_steps']} steps" if "num_steps" in c else "")
+                       + f": {c['score']:.4f}" for c in g["candidates"])
     lines.append(f"# selected for {_fmt(g['group']) or 'every point'}: {_fmt(g['selected'])} "
                  f"({scores})")
   return lines
@@ -233,5 +371,5 @@ def _fmt(fields: Mapping[str, Any]) -> str:
 
 
 __all__ = ["DEFAULT_COMMON", "METRIC", "SEARCH_FOLDER", "SELECTION", "check", "describe",
-           "final_study", "groups", "read_selection", "score", "search_study", "selection",
-           "selection_path"]
+           "final_study", "groups", "num_rungs", "read_selection", "rung_budgets", "rung_study",
+           "score", "search_study", "selection", "selection_path"]

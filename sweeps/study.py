@@ -581,11 +581,18 @@ class Search:
     common: fields of every search run (after the study's common fields), e.g. a shorter
       train.num_steps; by default the search evaluates at train_len only (eval.suites =
       "ppl_vs_length", eval.length_multipliers = (1.0,)).
+    halving_eta: 0 = every candidate at the search's budget; an integer >= 2 = successive
+      halving (Jamieson & Talwalkar, arXiv 1502.07943) over `halving_rungs` rungs: rung r
+      trains its candidates for train.num_steps / eta^(rungs-1-r) steps, each from scratch,
+      and the best ceil(n / eta) of each group go on to the next rung (sweeps/search.py).
+    halving_rungs: rungs of successive halving (>= 2; unused with halving_eta = 0).
   """
 
   grid: Mapping[str, Sequence[Any]]
   group_by: Sequence[str] = ("model.position.kind",)
   common: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  halving_eta: int = 0
+  halving_rungs: int = 3
 
 
 @dataclasses.dataclass(frozen=True)

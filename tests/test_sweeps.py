@@ -2,6 +2,7 @@
 (run, resume, a failing run), the tpu/slurm dry runs, and the collected table."""
 
 import concurrent.futures
+import dataclasses
 import glob
 import itertools
 import json
@@ -924,3 +925,85 @@ def test_local_slots_confine_each_run_to_its_devices():
   bad = launch_cli("sweeps/pe_extrapolation_cpu.py", "--backend=slurm", "--root=/tmp/x",
                    "--devices_per_run=1", "--dry-run")
   assert bad.returncode == 2 and "--devices_per_run applies to --backend=local" in bad.stderr
+
+
+def fake_complete(run, workdir: str, val_loss: float) -> None:
+  """Makes `workdir` hold `run` complete without training: its final checkpoint folder, every
+  result train.py writes (at the final step) and a metrics record with `val_loss` there."""
+  n = run.num_steps
+  os.makedirs(os.path.join(workdir, "checkpoints", str(n)))
+  os.makedirs(os.path.join(workdir, "eval"))
+  for i, k in enumerate(run.train_results):
+    with open(os.path.join(workdir, "eval", f"r{i}.json"), "w") as f:
+      json.dump({"suite": k.suite, "extension": k.extension, "extension_factor": k.factor,
+                 "protocol": k.protocol, "stride": k.stride, "step": n}, f)
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.write(json.dumps({"step": n, "val_loss": val_loss}) + "\n")
+
+
+def test_successive_halving_keeps_the_best_third_per_rung_and_selects_from_the_last(tmp_path):
+  from sweeps import search
+  lrs = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+  study = Study("sh", "configs/alibi_tiny.py",
+                lambda: product(**{"model.position.kind": ["alibi", "rope"]}, seed=[0, 1]),
+                search=study_lib.Search(grid={"train.learning_rate": lrs}, halving_eta=3,
+                                        halving_rungs=2, common={"train.num_steps": 9,
+                                                                 "train.warmup_steps": 3}))
+  assert search.rung_budgets(study) == [[{"train.num_steps": 3, "train.warmup_steps": 1},
+                                         {"train.num_steps": 9, "train.warmup_steps": 3}]] * 2
+  first = search.search_study(study).runs()
+  assert len(first) == 12 and {r.num_steps for r in first} == {3}
+  assert first[0].name == "kind=alibi,learning_rate=0.0001,num_steps=3,warmup_steps=1"
+  root = str(tmp_path)
+  assert search.rung_study(study, 1, root) is None and search.selection(study, root) is None
+  # rung 1: a made-up loss per candidate, lowest at 1e-3 for ALiBi and 3e-2 / 3e-3 for RoPE
+  loss = {("alibi", 1e-3): 2.0, ("alibi", 3e-4): 2.1, ("rope", 3e-2): 2.2, ("rope", 3e-3): 2.2}
+  for run in first:
+    key = (run.config.model.position.kind, run.config.train.learning_rate)
+    fake_complete(run, os.path.join(root, "sh", "search", run.name), loss.get(key, 3.0))
+  second = search.rung_study(study, 1, root).runs()  # ceil(6 / 3) = 2 per group, in grid order
+  assert [(r.config.model.position.kind, r.config.train.learning_rate, r.num_steps,
+           r.config.train.warmup_steps) for r in second] == [
+      ("alibi", 3e-4, 9, 3), ("alibi", 1e-3, 9, 3), ("rope", 3e-3, 9, 3), ("rope", 3e-2, 9, 3)]
+  assert search.selection(study, root) is None  # the last rung has not run
+  path = tmp_path / "sh.py"  # the launcher goes on to the next rung once one is complete
+  path.write_text("from sweeps.study import Search, Study, product\n"
+                  "STUDY = Study('sh', 'configs/alibi_tiny.py', lambda: product(**{'model.position"
+                  ".kind': ['alibi', 'rope']}, seed=[0, 1]), search=Search(grid={'train.learning_"
+                  f"rate': {lrs!r}}}, halving_eta=3, halving_rungs=2, common={{'train.num_steps': "
+                  "9, 'train.warmup_steps': 3}))\n")
+  dry = launch_cli(str(path), f"--root={root}", "--num_devices=1", "--dry-run")
+  assert dry.returncode == 0, dry.stderr[-2000:]
+  assert "# study search: 12 runs, 0 to run" in dry.stdout
+  assert "# study search: 4 runs, 4 to run" in dry.stdout and "rung 2 of 2" in dry.stdout
+  assert f"--workdir={root}/sh/search/kind=rope,learning_rate=0.03,num_steps=9,warmup_steps=3 " \
+      in dry.stdout
+  assert "# final stage of sh: after the search" in dry.stdout
+  for run, value in zip(second, [2.5, 1.9, 1.8, 1.7]):
+    fake_complete(run, os.path.join(root, "sh", "search", run.name), value)
+  chosen = search.selection(study, root)
+  assert chosen["halving"] == {"eta": 3, "rungs": 2}
+  by = {g["group"]["model.position.kind"]: g for g in chosen["groups"]}
+  assert by["alibi"]["selected"] == {"train.learning_rate": 1e-3}  # best of the last rung
+  assert by["rope"]["selected"] == {"train.learning_rate": 3e-2}
+  assert [(c["rung"], c["num_steps"]) for c in by["rope"]["candidates"]] == [(0, 3)] * 6 + [(1, 9)] * 2
+  final = search.final_study(study, chosen).runs()
+  assert {(r.config.model.position.kind, r.config.train.learning_rate) for r in final} == {
+      ("alibi", 1e-3), ("rope", 3e-2)}
+  assert "at 9 steps: 1.7000" in search.describe(chosen)[1]
+  from sweeps import figures, report
+  assert figures.fig_search(chosen) is not None
+  parts, _ = report._search_html(chosen)
+  table = parts[-1]
+  assert table.count(">yes<") == 2 and "num_steps" in table  # the last rung's best per group
+  bad = study_lib.Search(grid={"train.learning_rate": lrs}, halving_eta=3, halving_rungs=4,
+                         common={"train.num_steps": 9})
+  with pytest.raises(StudyError, match=r"needs train.num_steps >= 27"):
+    search.search_study(dataclasses.replace(study, search=bad))
+  for kw, message in (({"halving_eta": 1}, "halving_eta must be 0"),
+                      ({"halving_eta": 2, "halving_rungs": 1}, "halving_rungs must be an integer"),
+                      ({"halving_eta": 2, "grid": {"train.num_steps": [1, 2]}},
+                       "cannot be Search.grid fields")):
+    s = study_lib.Search(**({"grid": {"train.learning_rate": lrs}} | kw))
+    with pytest.raises(StudyError, match=message):
+      search.search_study(dataclasses.replace(study, search=s))
