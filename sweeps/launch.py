@@ -465,8 +465,9 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
   if dry_run:
     print(f"# the commands run in {REPO_ROOT}")
     if slots:
-      print(f"# {len(slots)} slots of {len(slots[0].devices)} device(s), {parallel} used: each "
-            "run starts on the first free slot, every command with that slot's variables:")
+      print(f"# {len(slots)} slot{'s' * (len(slots) > 1)} of {len(slots[0].devices)} device(s), "
+            f"{parallel} used: each run starts on the first free slot, every command with that "
+            "slot's variables:")
       for slot in slots[:parallel]:
         print(f"#   {slot.describe()}: {slot.assignments()}")
     for p in todo:
@@ -1090,10 +1091,11 @@ def slurm_options() -> SlurmOptions:
       time limit not in one of SLURM's formats, or a --slurm_signal_grace outside
       1..min(65535, the time limit - 1) seconds.
   """
-  for name, low in (("slurm_nodes", 1), ("slurm_gpus_per_node", 0), ("slurm_cpus_per_task", 1),
-                    ("slurm_array_max_running", 0)):
+  for name, low, note in (("slurm_nodes", 1, ""), ("slurm_gpus_per_node", 0, " (0: CPU only)"),
+                          ("slurm_cpus_per_task", 1, ""),
+                          ("slurm_array_max_running", 0, " (0: no limit)")):
     if FLAGS[name].value < low:
-      raise LaunchError(f"--{name} must be >= {low}; got {FLAGS[name].value}")
+      raise LaunchError(f"--{name} must be >= {low}{note}; got {FLAGS[name].value}")
   grace = check_signal_grace(FLAGS.slurm_signal_grace, FLAGS.slurm_time)
   if not os.path.isabs(FLAGS.slurm_code_dir):
     raise LaunchError(f"--slurm_code_dir must be an absolute path; got {FLAGS.slurm_code_dir}")
@@ -1270,7 +1272,11 @@ def local_slots(backend: str, num_devices: int | None) -> list[local_pack.LocalS
                       f"{machine.platform} devices")
   if num_devices:
     machine = dataclasses.replace(machine, count=num_devices)
-  return local_pack.slots(machine, n)
+  slots = local_pack.slots(machine, n)
+  if machine.count % n:
+    print(f"warning: --devices_per_run={n} leaves {machine.count % n} of this machine's "
+          f"{machine.count} devices unused", file=sys.stderr)
+  return slots
 
 
 def local_parallel(slots: Sequence[local_pack.LocalSlot]) -> int:
