@@ -258,7 +258,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   Returns:
     {"step", "val_loss" (nats per token; per answer token for a task), each suite's primary
     result by name (ppl_vs_length, passkey, needle, attention; algorithmic for a task), and
-    "val_passkey_answer_nll" for a passkey run}; {"step", "preempted": True} after SIGTERM.
+    "val_passkey_answer_nll" for a passkey run, "val_retrieval_answer_nll" for a
+    retrieval-mix run}; {"step", "preempted": True} after SIGTERM.
 
   Raises:
     ConfigError: bad config field, workdir, mesh or data (or train.wandb_project without the
@@ -334,7 +335,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
       for line in suite.summary(result):
         chief_print(f"  {line}")
   return {"step": step, "val_loss": final["val_loss"], **results,
-          **{k: v for k, v in final.items() if k == "val_passkey_answer_nll"}}
+          **{k: v for k, v in final.items() if k.endswith("_answer_nll")}}
 
 
 if __name__ == "__main__":

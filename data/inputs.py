@@ -75,7 +75,9 @@ class Inputs:
     validation: {metric name: windows (the same arrays, [n, train_len])}, scored at every
       evaluation as the mean NLL of their weighted targets: "val_loss" (held-out text windows, or
       held-out task examples of the training sizes) and, for a passkey run,
-      "val_passkey_answer_nll" (the key digits of held-out passkey documents).
+      "val_passkey_answer_nll" (the key digits of held-out passkey documents), for a
+      retrieval-mix run "val_retrieval_answer_nll" (the answers of held-out prompts of
+      data.retrieval_mix.suite, data/ruler.py `answer_windows`).
     loss_unit: what val_loss is per: "byte" or "token" (text), "answer token" (a task).
     description: one line on the data, for the run's start-up report.
   """
@@ -87,11 +89,15 @@ class Inputs:
 
   def describe(self, record: dict) -> str:
     """One line of a validation `record` ({name: mean NLL} of `validation`): "validation loss X
-    nats/<loss_unit>" and, for a passkey run, the answer digits' loss against chance (ln 10)."""
+    nats/<loss_unit>" and, for a passkey run, the answer digits' loss against chance (ln 10),
+    for a retrieval-mix run the answers' loss."""
     passkey = record.get("val_passkey_answer_nll")
+    mix = record.get("val_retrieval_answer_nll")
     return (f"validation loss {record['val_loss']:.4f} nats/{self.loss_unit}"
             + (f"; passkey answer digits {passkey:.3f} nats (chance {math.log(10):.3f}; near 0 "
-               "once the key is copied from the needle)" if passkey is not None else ""))
+               "once the key is copied from the needle)" if passkey is not None else "")
+            + (f"; retrieval answers {mix:.3f} nats/token (near 0 once the answers are copied "
+               "from the needles)" if mix is not None else ""))
 
 
 def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_count: int = 1,
@@ -149,4 +155,8 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_coun
     validation["val_passkey_answer_nll"] = passkey.answer_windows(
         tokenizer, train_len=d.train_len, preamble=p.preamble, key_digits=p.key_digits,
         count=PASSKEY_ANSWER_DOCUMENTS, seed=config.eval.passkey.seed)
+  mix = d.get("retrieval_mix")
+  if not d.task.name and mix is not None and mix.fraction > 0:  # the same, for the retrieval mix
+    validation["val_retrieval_answer_nll"] = ruler.answer_windows(
+        config, tokenizer, docs["validation"], count=PASSKEY_ANSWER_DOCUMENTS)
   return Inputs(iter(train), validation, unit, description)

@@ -619,6 +619,58 @@ def training_documents(train_docs: Sequence[Document], config,
       rng=np.random.default_rng([int(mix.seed), 13]), n_min=n_min, draw=draw, name=mix.suite)
 
 
+def answer_windows(config, tokenizer: ByteTokenizer, docs: Sequence[Document], *, count: int
+                   ) -> dict[str, np.ndarray]:
+  """Held-out prompts of the training mix `data.retrieval_mix`, scored on their answers only: is
+  the retrieval learned yet? train.py logs the weighted mean NLL as `val_retrieval_answer_nll`
+  (nats per answer token) at each evaluation of a run with data.retrieval_mix.fraction > 0, as
+  it logs `val_passkey_answer_nll` for a passkey run (data/passkey.py `answer_windows`).
+
+  `count` prompts drawn like the training ones (`training_documents`: length uniform in
+  [shortest, train_len], depth uniform in [0, 1]), one per row, padded to train_len, with
+  their haystack from `docs` (the validation split: held-out text) and their keys and values
+  from `cell_rng(data.retrieval_mix.seed + 2_000_003, ...)`, a seed of neither the training
+  prompts nor the evaluation suites. Every token of the answer text (`answer_text`: the values
+  with their separators, or the variable names) has weight 1, the rest 0.
+
+  Args:
+    config: the experiment config (data.retrieval_mix, data.train_len, eval.<suite>).
+    tokenizer: the byte tokenizer.
+    docs: the haystack documents (held-out text).
+    count: prompts (rows), >= 1.
+
+  Returns:
+    dict of [count, train_len] arrays: int32 inputs, targets, positions, segment_ids (1 on the
+    prompt and answer, 0 on padding) and float32 weights (1 on the answer's targets).
+
+  Raises:
+    ValueError: count < 1, or see `mix_format`.
+  """
+  if count < 1:
+    raise ValueError(f"count must be >= 1; got {count}")
+  mix, train_len = config.data.retrieval_mix, config.data.train_len
+  prompts, answer_len, n_min = mix_format(config, tokenizer, docs)
+  seed = int(mix.seed) + 2_000_003  # apart from the training prompts and the evaluation seeds
+  rng = np.random.default_rng([int(mix.seed), 17])
+  out = {k: np.zeros((count, train_len), np.int32)
+         for k in ("inputs", "targets", "positions", "segment_ids")}
+  out["inputs"][:], out["targets"][:] = tokenizer.pad_id, tokenizer.pad_id
+  out["weights"] = np.zeros((count, train_len), np.float32)
+  for row in range(count):
+    n = int(rng.integers(n_min, train_len + 1))
+    prompt = prompts.cell(n - answer_len, float(rng.random()), row, seed)
+    answer = _ids(tokenizer, answer_text(prompt, mix.suite))
+    tokens = np.concatenate([prompt.tokens, answer])[:train_len + 1]
+    m = len(tokens) - 1  # inputs tokens[:-1], targets tokens[1:]
+    out["inputs"][row, :m], out["targets"][row, :m] = tokens[:-1], tokens[1:]
+    out["positions"][row, :m] = np.arange(m)
+    out["segment_ids"][row, :m] = 1
+    # answer token j is tokens[len(prompt.tokens) + j], the target at len(prompt.tokens) - 1 + j
+    start = len(prompt.tokens) - 1
+    out["weights"][row, start:min(m, start + len(answer))] = 1.0
+  return out
+
+
 def check_mix(config) -> None:
   """Checks data.retrieval_mix (skipped when an older config lacks it).
 

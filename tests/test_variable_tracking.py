@@ -196,3 +196,14 @@ def test_training_windows_carry_the_mixed_prompts(text_corpus):
   with_needle = [w for w in windows if "One of the special magic numbers for" in w]
   assert 0.2 < len(with_needle) / len(windows) < 0.8  # about half the windows
   assert all(re.search(r"mentioned in the provided text is \d{7}\.", w) for w in with_needle)
+  # held-out prompts scored on their answers only (train.py's val_retrieval_answer_nll)
+  held = inputs.validation["val_retrieval_answer_nll"]
+  assert held["inputs"].shape == (data_inputs.PASSKEY_ANSWER_DOCUMENTS, 512)
+  for row in range(data_inputs.PASSKEY_ANSWER_DOCUMENTS):
+    weighted = held["targets"][row][held["weights"][row] == 1]
+    assert re.fullmatch(r" \d{7}\.", TOK.decode(weighted)), TOK.decode(weighted)
+    end = int(np.flatnonzero(held["weights"][row])[0])  # the answer follows the question
+    assert TOK.decode(held["inputs"][row][:end + 1]).endswith("mentioned in the provided text is")
+    assert (held["segment_ids"][row] == (np.arange(512) < held["segment_ids"][row].sum())).all()
+  lengths = held["segment_ids"].sum(axis=1)
+  assert len(set(lengths.tolist())) > 10  # lengths drawn up to train_len, as in training
