@@ -574,19 +574,41 @@ def answer_windows(tokenizer: ByteTokenizer, *, train_len: int, preamble: bool, 
     raise ValueError(f"count must be >= 1; got {count}")
   prompts, answer_len, n_min = _document_format(tokenizer, train_len, preamble, key_digits)
   rng = np.random.default_rng([int(seed), 11])
-  out = {k: np.zeros((count, train_len), np.int32)
+  rows = []
+  for _ in range(count):
+    prompt, key = _draw_document(prompts, rng, n_min, train_len, answer_len)
+    # the answer " 71432.": its digits are its tokens 1 .. key_digits
+    rows.append((prompt.tokens, _ids(tokenizer, answer_suffix(key)), 1, 1 + key_digits))
+  return answer_rows(tokenizer, train_len, rows)
+
+
+def answer_rows(tokenizer: ByteTokenizer, train_len: int,
+                rows: Sequence[tuple[np.ndarray, np.ndarray, int, int]]) -> dict[str, np.ndarray]:
+  """Validation windows scored on part of each prompt's answer: one row per (prompt tokens,
+  answer tokens, first, stop), the prompt followed by its answer, padded to train_len, with
+  weight 1 on the targets that are answer tokens first..stop-1 (0-based in the answer).
+
+  Returns:
+    dict of [len(rows), train_len] arrays: int32 inputs, targets, positions, segment_ids (1 on
+    the prompt and answer, 0 on padding) and float32 weights.
+
+  Raises:
+    ValueError: a prompt and answer longer than train_len + 1 tokens.
+  """
+  out = {k: np.zeros((len(rows), train_len), np.int32)
          for k in ("inputs", "targets", "positions", "segment_ids")}
   out["inputs"][:], out["targets"][:] = tokenizer.pad_id, tokenizer.pad_id
-  out["weights"] = np.zeros((count, train_len), np.float32)
-  for row in range(count):
-    prompt, key = _draw_document(prompts, rng, n_min, train_len, answer_len)
-    tokens = np.concatenate([prompt.tokens, _ids(tokenizer, answer_suffix(key))])
+  out["weights"] = np.zeros((len(rows), train_len), np.float32)
+  for row, (prompt, answer, first, stop) in enumerate(rows):
+    tokens = np.concatenate([prompt, answer])
     m = len(tokens) - 1  # inputs tokens[:-1], targets tokens[1:]
+    if m > train_len:
+      raise ValueError(f"a {len(tokens)}-token prompt and answer exceed train_len={train_len}")
     out["inputs"][row, :m], out["targets"][row, :m] = tokens[:-1], tokens[1:]
     out["positions"][row, :m] = np.arange(m)
     out["segment_ids"][row, :m] = 1
-    # the answer " 71432.": its digits are tokens prompt.length + 1 .. + key_digits
-    out["weights"][row, prompt.length:prompt.length + key_digits] = 1.0
+    # answer token j is tokens[len(prompt) + j]: the target at len(prompt) - 1 + j
+    out["weights"][row, len(prompt) - 1 + first:len(prompt) - 1 + stop] = 1.0
   return out
 
 

@@ -34,7 +34,7 @@ from configs.errors import ConfigError
 from data.corpora import Document
 from data.passkey import (KEY_ADJECTIVES, KEY_NOUNS, MAX_NEEDLE_KEYS, NEEDLE_QUESTION,
                           NEEDLE_TEMPLATE, PASSKEY_FILLER, VT_NAME_LETTERS, NeedlePrompts,
-                          RetrievalPrompt, _ids, _snap, block_documents, cell_rng,
+                          RetrievalPrompt, _ids, _snap, answer_rows, block_documents, cell_rng,
                           random_digits)
 from data import ruler_words
 from data.tokenizers import ByteTokenizer, get_tokenizer
@@ -652,23 +652,13 @@ def answer_windows(config, tokenizer: ByteTokenizer, docs: Sequence[Document], *
   prompts, answer_len, n_min = mix_format(config, tokenizer, docs)
   seed = int(mix.seed) + 2_000_003  # apart from the training prompts and the evaluation seeds
   rng = np.random.default_rng([int(mix.seed), 17])
-  out = {k: np.zeros((count, train_len), np.int32)
-         for k in ("inputs", "targets", "positions", "segment_ids")}
-  out["inputs"][:], out["targets"][:] = tokenizer.pad_id, tokenizer.pad_id
-  out["weights"] = np.zeros((count, train_len), np.float32)
+  rows = []
   for row in range(count):
     n = int(rng.integers(n_min, train_len + 1))
     prompt = prompts.cell(n - answer_len, float(rng.random()), row, seed)
     answer = _ids(tokenizer, answer_text(prompt, mix.suite))
-    tokens = np.concatenate([prompt.tokens, answer])[:train_len + 1]
-    m = len(tokens) - 1  # inputs tokens[:-1], targets tokens[1:]
-    out["inputs"][row, :m], out["targets"][row, :m] = tokens[:-1], tokens[1:]
-    out["positions"][row, :m] = np.arange(m)
-    out["segment_ids"][row, :m] = 1
-    # answer token j is tokens[len(prompt.tokens) + j], the target at len(prompt.tokens) - 1 + j
-    start = len(prompt.tokens) - 1
-    out["weights"][row, start:min(m, start + len(answer))] = 1.0
-  return out
+    rows.append((prompt.tokens, answer, 0, len(answer)))
+  return answer_rows(tokenizer, train_len, rows)
 
 
 def check_mix(config) -> None:
