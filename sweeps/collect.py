@@ -76,7 +76,7 @@ from absl import app, flags
 from configs import base as base_config, extension_recipes
 from configs.errors import ConfigError, flatten, parse_flags
 from eval import suites as suites_registry
-from eval.files import atomic_write
+from eval.files import atomic_write, write_json
 from models import rope_scaling
 from runs.metrics import read_metrics
 from runs.workdir import read_results
@@ -458,6 +458,10 @@ def main(argv):
   try:
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
+      # what the tables are read from, recorded first: a file that changes while they are
+      # collected then makes them stale (stale_runs), not silently current
+      sources = (fingerprints(study_dir) if out == study_dir and os.path.isdir(study_dir)
+                 else None)  # not a folder: collect says so
       frame = collect(study_dir)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
@@ -469,9 +473,8 @@ def main(argv):
   for name in ("results.parquet", "results.csv"):
     write_frame(frame, os.path.join(out, name))
   write_frame(summary, os.path.join(out, "summary.csv"))
-  if out == study_dir:  # what the tables were read from, for stale_runs
-    text = json.dumps(fingerprints(study_dir), indent=1, sort_keys=True) + "\n"
-    atomic_write(os.path.join(out, SOURCES), lambda tmp: open(tmp, "w").write(text))
+  if sources is not None:
+    write_json(os.path.join(out, SOURCES), sources)
   with pd.option_context("display.width", 250, "display.max_columns", 60,
                          "display.float_format", "{:.4g}".format):
     print(summary.to_string(index=False))

@@ -46,8 +46,8 @@ Backends:
           submits them with one `sbatch` as a job array (<root>/<study>/slurm_array.sbatch):
           each task gets one run's resources, --slurm_nodes x --slurm_gpus_per_node (by default
           one GPU), and runs that run's script; --slurm_array_max_running caps the tasks at
-          once; --noslurm_array submits one job per run. --slurm_signal_grace seconds (default 120) before the time
-          limit the tasks get SIGTERM (train.py saves a checkpoint) and the job requeues itself;
+          once; --noslurm_array submits one job per run. --slurm_signal_grace seconds
+          (default 120) before the time limit the tasks get SIGTERM (train.py saves a checkpoint) and the job requeues itself;
           a preempted job is requeued by SLURM (#SBATCH --requeue); a requeued job resumes from
           the checkpoint and skips the steps already done. --root and
           --slurm_code_dir must be folders every node sees, and the nodes' python3 must be
@@ -902,14 +902,8 @@ def launch_slurm(study: Study, planned: Sequence[Planned], opts: SlurmOptions, *
         print(shlex.join(["sbatch", path]))
       continue
     write_text(path, script)
-    if array:
-      continue
-    start = time.perf_counter()
-    done = subprocess.run(["sbatch", path], capture_output=True, text=True)
-    detail = (done.stdout.strip() or done.stderr.strip())[-300:]
-    outcomes.append(Outcome(p.run.name, "submitted" if done.returncode == 0 else "failed",
-                            time.perf_counter() - start, detail,
-                            os.path.join(p.workdir, LOG_NAME)))
+    if not array:
+      outcomes += _submit(path, [p])
   if not array:
     return outcomes
   script, path = array_script(opts, study, todo, folder), os.path.join(folder, ARRAY_NAME)
@@ -919,12 +913,19 @@ def launch_slurm(study: Study, planned: Sequence[Planned], opts: SlurmOptions, *
     print(shlex.join(["sbatch", path]))
     return []
   write_text(path, script)
+  return _submit(path, todo)
+
+
+def _submit(path: str, runs: Sequence[Planned]) -> list[Outcome]:
+  """`sbatch <path>`: the Outcome of each run it submits (all of an array's: the detail names
+  each one's task)."""
   start = time.perf_counter()
   done = subprocess.run(["sbatch", path], capture_output=True, text=True)
   detail = (done.stdout.strip() or done.stderr.strip())[-300:]
   return [Outcome(p.run.name, "submitted" if done.returncode == 0 else "failed",
-                  time.perf_counter() - start, f"{detail} (array task {i})",
-                  os.path.join(p.workdir, LOG_NAME)) for i, p in enumerate(todo)]
+                  time.perf_counter() - start,
+                  detail + (f" (array task {i})" if len(runs) > 1 else ""),
+                  os.path.join(p.workdir, LOG_NAME)) for i, p in enumerate(runs)]
 
 
 # ---------------------------------------------------------------------------- entry point

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -43,7 +44,8 @@ d = jax.devices()
 platform = d[0].platform
 if platform == "gpu":
   platform = "rocm" if "rocm" in d[0].client.platform_version.lower() else "cuda"
-per_chip = 2 if platform == "tpu" and d[0].device_kind.lower().replace(" ", "") in ("tpuv2", "tpuv3") else 1
+kind = d[0].device_kind.lower().replace(" ", "")
+per_chip = 2 if platform == "tpu" and kind in ("tpuv2", "tpuv3") else 1
 print(json.dumps({"platform": platform, "count": len(d), "per_chip": per_chip}))
 """
 
@@ -100,7 +102,6 @@ class LocalSlot:
 
   def assignments(self) -> str:
     """The environment as shell assignments (the dry run's prefix)."""
-    import shlex
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
 
 

@@ -33,7 +33,7 @@ import datetime
 import json
 import math
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from runs.metrics import METRICS_FILE
 from sweeps import workdirs
@@ -110,9 +110,7 @@ def search_study(study: Study) -> Study:
     StudyError: see `check`.
   """
   check(study)
-  if study.search.halving_eta:
-    return rung_study(study, 0, None)
-  return _study_of(study, _entries(study), None)
+  return _walk(study, None)[0].search
 
 
 def _entries(study: Study) -> list[tuple[dict, dict]]:
@@ -174,35 +172,48 @@ def rung_study(study: Study, rung: int, state_root: str | None) -> Study | None:
   group at the group's budget / eta^(rungs-1); rung r trains the best ceil(n / eta) of the n
   candidates rung r-1 trained (lowest METRIC; ties to the earlier grid entry) at eta times the
   budget, each from scratch (its schedule spans its own num_steps, `rung_budgets`). Run names
-  carry `num_steps` and `warmup_steps`. None when rung r-1 is not complete in `state_root` (or `state_root` is None
-  and rung > 0).
+  carry `num_steps` and `warmup_steps`. None when rung r-1 is not complete in `state_root` (or
+  `state_root` is None and rung > 0).
   """
-  found = _rung(study, rung, state_root)
-  return None if found is None else found[0]
+  walked = _walk(study, state_root, until=rung)
+  return walked[rung].search if len(walked) > rung else None
 
 
-def _rung(study: Study, rung: int, state_root: str | None
-          ) -> tuple[Study, list[tuple[dict, dict]]] | None:
-  """(the study of `rung`, its entries), or None when an earlier rung is not complete."""
-  budgets = {json.dumps(g, sort_keys=True): b for g, b in zip(groups(study), rung_budgets(study))}
-  if rung == 0:
-    entries = _entries(study)
-  else:
-    before = _rung(study, rung - 1, state_root) if state_root is not None else None
-    if before is None:
-      return None
-    scored = _scores(study, *before, state_root)
-    if scored is None:
-      return None
-    scores = [value for _, value in scored]
-    entries = []
+class _Stage(NamedTuple):
+  """One stage of the search: its study, its candidates' (group, grid values) in the study's
+  order, and each run with its score (None until every run is complete)."""
+
+  search: Study
+  entries: list[tuple[dict, dict]]
+  scored: list[tuple[Run, float]] | None
+
+
+def _walk(study: Study, state_root: str | None, until: int | None = None) -> list[_Stage]:
+  """The search's stages in order: the whole grid in one stage, or the rungs of successive
+  halving, each built from the scores of the one before. Stops after the first stage without
+  scores, or at stage `until` (its scores unread); no scores are read without a `state_root`."""
+  s = study.search
+  entries = _entries(study)
+  budgets = ({json.dumps(g, sort_keys=True): b for g, b in zip(groups(study), rung_budgets(study))}
+             if s.halving_eta else None)
+  walked: list[_Stage] = []
+  for rung in range(num_rungs(study)):
+    steps = None if budgets is None else [budgets[json.dumps(g, sort_keys=True)][rung]
+                                          for g, _ in entries]
+    search = _study_of(study, entries, steps, None if budgets is None else rung)
+    scored = (None if state_root is None or rung == until
+              else _scores(study, search, entries, state_root))
+    walked.append(_Stage(search, entries, scored))
+    if scored is None or rung == num_rungs(study) - 1:
+      break
+    survivors = []
     for g in groups(study):
-      mine = [(e, x) for e, x in zip(before[1], scores) if e[0] == g]
-      keep = math.ceil(len(mine) / study.search.halving_eta)
+      mine = [(e, value) for e, (_, value) in zip(entries, scored) if e[0] == g]
+      keep = math.ceil(len(mine) / s.halving_eta)
       ranked = sorted(range(len(mine)), key=lambda i: mine[i][1])[:keep]  # ties: the earlier
-      entries += [mine[i][0] for i in sorted(ranked)]
-  steps = [budgets[json.dumps(g, sort_keys=True)][rung] for g, _ in entries]
-  return _study_of(study, entries, steps, rung), entries
+      survivors += [mine[i][0] for i in sorted(ranked)]
+    entries = survivors
+  return walked
 
 
 def _scores(study: Study, search: Study, entries: Sequence[tuple[dict, dict]],
@@ -276,17 +287,12 @@ def selection(study: Study, state_root: str) -> dict | None:
   """
   s = study.search
   rungs = num_rungs(study)
+  walked = _walk(study, state_root)
+  if len(walked) < rungs or walked[-1].scored is None:
+    return None
   by_group: dict[str, list[dict]] = {json.dumps(g, sort_keys=True): [] for g in groups(study)}
-  for r in range(rungs):
-    found = _rung(study, r, state_root) if s.halving_eta else (
-        _study_of(study, _entries(study), None), _entries(study))
-    if found is None:
-      return None
-    search, entries = found
-    scored = _scores(study, search, entries, state_root)
-    if scored is None:
-      return None
-    for (group, values), (run, value) in zip(entries, scored):
+  for r, stage in enumerate(walked):
+    for (group, values), (run, value) in zip(stage.entries, stage.scored):
       c = {"run": run.name, "fields": values, "score": value}
       if s.halving_eta:
         c |= {"rung": r, "num_steps": run.num_steps}
