@@ -5,9 +5,11 @@ machine, in one run.
                                 #   pip install torch --index-url https://download.pytorch.org/whl/cpu
   python bench/vs_pytorch.py                          # three shapes x learned, alibi, rope
   python bench/vs_pytorch.py --shapes=default --steps=20
+  XLA_FLAGS=--xla_force_host_platform_device_count=2 python bench/vs_pytorch.py --devices=2
+                                # ours data-parallel over two CPU devices (one per core)
 
 Ours: the real step of train.py (`train.make_step_fn`: jit, shardings, AdamW with warmup/cosine,
-global-norm clipping 1.0, the loss), on one device, float32, for the schemes `learned`, `alibi`
+global-norm clipping 1.0, the loss), on `--devices` devices (default 1), float32, for the schemes `learned`, `alibi`
 and `rope`; the byte vocabulary (259) in both. Reference: nanoGPT's GPT written for this bench
 (Karpathy, github.com/karpathy/nanoGPT, model.py: pre-norm GPT-2 blocks without biases, causal
 `torch.nn.functional.scaled_dot_product_attention`, GELU MLP, learned absolute positions, tied
@@ -22,10 +24,8 @@ rounds of `--steps // --rounds` steps so that both see the same minutes of the m
 row reports the median step. tokens/s = batch x length / median step time; ratio = our tokens/s
 over the reference's (> 1: ours is faster).
 
-Shapes (4 layers each, train_len = the sequence length):
-  default  d_model 128, 4 heads, mlp 512, batch 16 x 256   (configs/alibi_tiny.py)
-  wide     d_model 512, 8 heads, mlp 2048, batch 8 x 256
-  long     d_model 256, 4 heads, mlp 1024, batch 4 x 1024
+Shapes: bench/our_step.py (default = configs/alibi_tiny.py's, 16 x 256; wide = d_model 512,
+8 x 256; long = d_model 256, 4 x 1024). Where our step's time goes: bench/profile_step.py.
 
 Slow by design (minutes); results go in bench/RESULTS.md with the machine and date.
 """
@@ -36,27 +36,12 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax
+from absl import app, flags
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-import train  # noqa: E402
-from configs import alibi_tiny  # noqa: E402
-from models import sharding, spec as specs  # noqa: E402
-from runs import optimizer  # noqa: E402
-
-SHAPES = {  # name: (d_model, num_heads, mlp_dim, batch_size, seq_len)
-    "default": (128, 4, 512, 16, 256),
-    "wide": (512, 8, 2048, 8, 256),
-    "long": (256, 4, 1024, 4, 1024),
-}
-SCHEMES = ("learned", "alibi", "rope")
-NUM_LAYERS, VOCAB = 4, 259  # the byte tokenizer's vocabulary: 256 bytes + BOS, EOS, PAD
+from our_step import NUM_LAYERS, SCHEMES, SHAPES, VOCAB, Ours, check_devices
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", list(SHAPES), f"shapes to measure, from {list(SHAPES)}")
@@ -64,6 +49,8 @@ flags.DEFINE_list("schemes", list(SCHEMES), f"our schemes to measure, from {list
 flags.DEFINE_integer("steps", 10, "timed steps per system and shape")
 flags.DEFINE_integer("warmup", 3, "untimed steps first (compilation, allocator warm-up)")
 flags.DEFINE_integer("rounds", 2, "turns each system takes (steps are split between them)")
+flags.DEFINE_integer("devices", 1, "JAX devices our step runs on, data-parallel (on CPU: start "
+                     "with XLA_FLAGS=--xla_force_host_platform_device_count=N)")
 
 
 def check_flags() -> None:
@@ -72,49 +59,16 @@ def check_flags() -> None:
     bad = [v for v in getattr(FLAGS, name) if v not in allowed]
     if bad or not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} takes a non-empty list from {list(allowed)}; got {bad}")
-  for name in ("steps", "warmup", "rounds"):
+  for name in ("steps", "warmup", "rounds", "devices"):
     if getattr(FLAGS, name) < (0 if name == "warmup" else 1):
       raise app.UsageError(f"--{name} takes a positive integer; got {getattr(FLAGS, name)}")
-
-
-# ---------------------------------------------------------------------------- ours
-
-
-def our_config(shape: str, scheme: str):
-  d_model, heads, mlp, batch, seq = SHAPES[shape]
-  c = alibi_tiny.get_config()
-  c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.mlp_dim = (
-      NUM_LAYERS, d_model, heads, mlp)
-  c.model.position.kind = scheme
-  c.data.batch_size, c.data.train_len = batch, seq
-  return c
-
-
-class Ours:
-  """train.py's step for one (shape, scheme) on one device, fed random tokens."""
-
-  def __init__(self, shape: str, scheme: str):
-    config = our_config(shape, scheme)
-    mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-    spec = specs.model_spec(config, mesh)
-    tx = optimizer.make_optimizer(config.train)
-    shardings, _ = train.state_shardings(tx, spec, mesh)
-    self.num_params = spec.num_params
-    self.state = train.initial_state(config, spec, tx, shardings)
-    self.step_fn = train.make_step_fn(config, spec, tx, shardings, mesh, pad_id=-1)
-    b, n = config.data.batch_size, config.data.train_len
-    tokens = np.random.default_rng(0).integers(0, VOCAB, (b, n + 1), dtype=np.int32)
-    host = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-            "positions": np.broadcast_to(np.arange(n, dtype=np.int32), (b, n)).copy(),
-            "segment_ids": np.ones((b, n), np.int32)}
-    put = sharding.batch_sharding(mesh)
-    self.batch = {k: jax.make_array_from_process_local_data(put, v) for k, v in host.items()}
-
-  def step(self) -> float:
-    t0 = time.perf_counter()
-    self.state, metrics = self.step_fn(self.state, self.batch)
-    jax.block_until_ready((self.state, metrics))
-    return time.perf_counter() - t0
+  uneven = [s for s in FLAGS.shapes if SHAPES[s][3] % FLAGS.devices]
+  if uneven:
+    raise app.UsageError(f"--devices={FLAGS.devices} must divide the batch size of every shape "
+                         f"({', '.join(f'{s}: {SHAPES[s][3]}' for s in uneven)})")
+  reason = check_devices(FLAGS.devices)
+  if reason:
+    raise app.UsageError(reason)
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -228,13 +182,14 @@ def main(argv):
     if reference is not None:
       systems["pytorch"] = reference
     for scheme in FLAGS.schemes:
-      systems[scheme] = Ours(shape, scheme)
+      systems[scheme] = Ours(shape, scheme, FLAGS.devices)
     medians = measure(systems)
     tokens = batch * seq
     for name, seconds in medians.items():
       ratio = (f"{medians['pytorch'] / seconds:.2f}x" if "pytorch" in medians and
                name != "pytorch" else "")
-      label = "PyTorch (nanoGPT)" if name == "pytorch" else f"ours, `{name}`"
+      label = ("PyTorch (nanoGPT)" if name == "pytorch" else f"ours, `{name}`" +
+               (f", {FLAGS.devices} devices" if FLAGS.devices > 1 else ""))
       print(f"| {shape} ({batch} x {seq}) | {label} | {systems[name].num_params:,} | "
             f"{1e3 * seconds:.1f} | {tokens / seconds:,.0f} | {ratio} |", flush=True)
 

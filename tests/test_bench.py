@@ -1,10 +1,13 @@
 """bench/vs_pytorch.py: bad flags refused in one line; a one-step run prints our row (and the
-PyTorch reference's, with the ratio, where PyTorch is installed)."""
+PyTorch reference's, with the ratio, where PyTorch is installed). bench/profile_step.py: a real
+trace read back into kinds of op and source lines."""
 
 import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 from conftest import FAST_COMPILE
 
@@ -37,3 +40,44 @@ def test_vs_pytorch_refuses_bad_flags_and_prints_its_rows():
                      re.M) and "x |" in run.stdout
   except ImportError:
     assert "PyTorch is not installed" in run.stdout
+
+
+def test_profile_step_maps_traced_ops_to_their_kind_and_source_line(tmp_path):
+  """bench/profile_step.py's reading of a real trace: the batched einsum and the 2-D matmul of
+  a small jit'd function are found once per call, with their kinds and this file's lines."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  sys.path.insert(0, os.path.join(ROOT, "bench"))
+  import profile_step
+
+  def f(x, w, q, k):
+    y = x @ w  # the 2-D matmul
+    s = jnp.einsum("bqd,bkd->bqk", q, k)  # the batched one
+    return jnp.tanh(y).sum() + jnp.exp(s).max()
+
+  first = f.__code__.co_firstlineno
+  lines = {"2-D matmul": first + 1, "batched matmul": first + 2}
+  r = np.random.default_rng(0)
+  args = [jnp.asarray(r.standard_normal(s), jnp.float32)
+          for s in ((64, 32), (32, 48), (4, 16, 8), (4, 24, 8))]
+  jitted = jax.jit(f)
+  ops = profile_step.parse_hlo(jitted.lower(*args).compile().as_text(), ROOT)
+  dots = {op.kind: op.source for op in ops.values() if op.op_name.endswith("dot_general")}
+  assert dots == {kind: f"tests/test_bench.py:{line}" for kind, line in lines.items()}, ops
+  jax.block_until_ready(jitted(*args))
+  with jax.profiler.trace(str(tmp_path), create_perfetto_trace=True):
+    for _ in range(3):
+      jax.block_until_ready(jitted(*args))
+  kinds, by_op = profile_step.breakdown(ops, profile_step.trace_times(str(tmp_path)), steps=3)
+  assert set(kinds) == set(profile_step.KINDS)
+  for kind in lines:  # each matmul ran once per call, and took time
+    assert kinds[kind][1] == 1 and kinds[kind][0] > 0, kinds
+  sources = {source for (_, _, source) in by_op}
+  assert {f"tests/test_bench.py:{line}" for line in lines.values()} <= sources, by_op
+  assert ("transpose(jvp())/dot_general", "all-reduce of 2 combined operations") == tuple(
+      profile_step.Op("other", op, name, "").operation for op, name in (
+          ("fusion", "jit(train_step)/transpose(jvp())/dot_general"),
+          ("all-reduce", "(jit(t)/transpose(jvp())/dot_general:jit(t)/jvp()/reduce_sum)")))
+  with pytest.raises(FileNotFoundError, match="no perfetto_trace.json.gz under"):
+    profile_step.trace_times(str(tmp_path / "empty"))
