@@ -44,14 +44,21 @@ def our_config(shape: str, scheme: str):
   return c
 
 
-def check_devices(devices: int) -> str | None:
-  """None if this process has at least `devices` JAX devices, else the one-line reason (with
-  the XLA flag that makes CPU devices), for a `--devices` flag."""
-  have = jax.device_count()
-  if devices <= have:
-    return None
-  return (f"--devices={devices} but this process has {have} JAX device(s); on CPU start it with "
-          f"XLA_FLAGS=--xla_force_host_platform_device_count={devices}")
+def check_devices(devices: int, shapes) -> str | None:
+  """None if `devices` can run our step at every one of `shapes` (keys of SHAPES) in this
+  process, else the one-line reason for a `--devices` flag: not a positive integer, not a
+  divisor of a shape's batch size, or more devices than JAX has (with the XLA flag that makes
+  CPU devices)."""
+  if devices < 1:
+    return f"--devices takes a positive integer; got {devices}"
+  uneven = [s for s in shapes if SHAPES[s][3] % devices]
+  if uneven:
+    return (f"--devices={devices} must divide the batch size of every shape "
+            f"({', '.join(f'{s}: {SHAPES[s][3]}' for s in uneven)})")
+  if devices > jax.device_count():
+    return (f"--devices={devices} but this process has {jax.device_count()} JAX device(s); on "
+            f"CPU start it with XLA_FLAGS=--xla_force_host_platform_device_count={devices}")
+  return None
 
 
 class Ours:

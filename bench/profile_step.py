@@ -110,8 +110,8 @@ def _frames(lines: list[str]) -> dict[int, str]:
     m = re.match(r"^(\d+) (.*)$", line)
     if section and m:
       tables[section][int(m.group(1))] = m.group(2)
-    elif line.startswith(("%", "ENTRY", "HloModule")) or not line.strip():
-      section = None if line.strip() else section
+    elif line.strip():  # any other line ends a table
+      section = None
   files = {i: v.strip('"') for i, v in tables["FileNames"].items()}
   locations = {}
   for i, v in tables["FileLocations"].items():
@@ -135,8 +135,8 @@ def parse_hlo(text: str, root: str = "") -> dict[str, Op]:
   An instruction's kind comes from its opcode, or for a fusion from the instructions of the
   computation it calls: a `dot` with `lhs_batch_dims` is a batched matmul, any other dot a 2-D
   matmul (whatever else the fusion does); a fusion (or op) that transposes or copies is
-  transpose/copy, one that reduces is a reduction, other
-  fusions elementwise; everything else (custom calls, loops, collectives, ...) other.
+  transpose/copy, one that reduces a reduction, any other fusion (or arithmetic op)
+  elementwise; everything else (custom calls, loops, collectives, ...) other.
   """
   lines = text.splitlines()
   frames = _frames(lines)
@@ -231,14 +231,10 @@ def breakdown(ops: dict[str, Op], times: dict[str, tuple[float, int]], steps: in
 
 def main(argv):
   del argv
-  if FLAGS.steps < 1 or FLAGS.warmup < 0 or FLAGS.top < 1 or FLAGS.devices < 1:
-    raise app.UsageError("--steps, --top and --devices take positive integers and --warmup a "
-                         f"non-negative one; got {FLAGS.steps}, {FLAGS.top}, {FLAGS.devices}, "
-                         f"{FLAGS.warmup}")
-  if SHAPES[FLAGS.shape][3] % FLAGS.devices:
-    raise app.UsageError(f"--devices={FLAGS.devices} must divide the {FLAGS.shape} shape's batch "
-                         f"size {SHAPES[FLAGS.shape][3]}")
-  reason = check_devices(FLAGS.devices)
+  for name, least in (("steps", 1), ("warmup", 0), ("top", 1)):
+    if getattr(FLAGS, name) < least:
+      raise app.UsageError(f"--{name} takes an integer >= {least}; got {getattr(FLAGS, name)}")
+  reason = check_devices(FLAGS.devices, [FLAGS.shape])
   if reason:
     raise app.UsageError(reason)
   ours = Ours(FLAGS.shape, FLAGS.scheme, FLAGS.devices)
@@ -266,7 +262,7 @@ def main(argv):
   for kind, (ms, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
     if n:
       print(f"| {kind} | {ms:.1f} | {100 * ms / max(total, 1e-9):.0f}% | {n:.0f} |")
-  print(f"\n| operation | source | kind | ms/step | ops/step |\n|---|---|---|---|---|")
+  print("\n| operation | source | kind | ms/step | ops/step |\n|---|---|---|---|---|")
   for (kind, operation, source), (ms, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[
       :FLAGS.top]:
     print(f"| `{operation}` | {source or '-'} | {kind} | {ms:.2f} | {n:.0f} |")

@@ -59,14 +59,10 @@ def check_flags() -> None:
     bad = [v for v in getattr(FLAGS, name) if v not in allowed]
     if bad or not getattr(FLAGS, name):
       raise app.UsageError(f"--{name} takes a non-empty list from {list(allowed)}; got {bad}")
-  for name in ("steps", "warmup", "rounds", "devices"):
+  for name in ("steps", "warmup", "rounds"):
     if getattr(FLAGS, name) < (0 if name == "warmup" else 1):
       raise app.UsageError(f"--{name} takes a positive integer; got {getattr(FLAGS, name)}")
-  uneven = [s for s in FLAGS.shapes if SHAPES[s][3] % FLAGS.devices]
-  if uneven:
-    raise app.UsageError(f"--devices={FLAGS.devices} must divide the batch size of every shape "
-                         f"({', '.join(f'{s}: {SHAPES[s][3]}' for s in uneven)})")
-  reason = check_devices(FLAGS.devices)
+  reason = check_devices(FLAGS.devices, FLAGS.shapes)
   if reason:
     raise app.UsageError(reason)
 
