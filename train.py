@@ -280,6 +280,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   for warning in plan.warnings:
     chief_print(f"warning: {warning}")
   run_dir.check_same_model(workdir, config)
+  changed = run_dir.changed_fields(workdir, config)
+  if changed:  # a resume with another schedule, evaluation, ...: allowed, but said
+    chief_print(f"warning: --workdir={workdir} holds a run started with other values; it "
+                f"resumes with the new ones: {'; '.join(changed)}")
   parent = warm_start.check_init_from(config, workdir, mesh)  # train.init_from
   tx = make_optimizer(config.train)
   shardings, abstract = state_shardings(tx, spec, mesh)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import NoReturn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,6 +43,13 @@ def our_config(shape: str, scheme: str):
   c.model.position.kind = scheme
   c.data.batch_size, c.data.train_len = batch, seq
   return c
+
+
+def refuse(message: str) -> NoReturn:
+  """Ends a bench script on a bad flag as train.py ends on bad input: one line "error: ..." on
+  stderr, exit status 2 (absl's UsageError would print the whole help first, and exit 1)."""
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
 
 
 def check_devices(devices: int, shapes) -> str | None:

@@ -17,7 +17,7 @@ compiled HLO (`jit(...).lower().compile().as_text()`) and prints two tables:
     gradients), 2-D matmul (projections, MLP, output head), transpose/copy, reduction and
     elementwise fusions, other (custom calls, loops, collectives);
   - the `--top` ops by the JAX operation and source line that emitted them (the HLO's `op_name`
-    metadata and innermost stack frame, e.g. `jvp(bhqd,bhkd->bhqk)` at models/attention.py:112).
+    metadata and innermost stack frame, e.g. `jvp(bhqd,bhkd->bhqk)` at models/attention.py:110).
 Op times are summed over threads: XLA:CPU runs independent ops side by side, so the total can
 exceed the wall time of a step, and an op's time includes any wait for a core.
 
@@ -43,7 +43,7 @@ import jax
 from absl import app, flags
 
 from models import positions
-from our_step import SHAPES, Ours, check_devices
+from our_step import SHAPES, Ours, check_devices, refuse
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("shape", "default", list(SHAPES), "bench shape (bench/our_step.py)")
@@ -63,8 +63,9 @@ KINDS = ("batched matmul", "2-D matmul", "transpose/copy", "reduction", "element
 class Op:
   """One instruction of the compiled program: `kind` (one of KINDS), `opcode` (HLO's, e.g.
   "fusion"), `op_name` (the JAX operation from the HLO metadata, e.g.
-  "jit(f)/jvp(bhqd,bhkd->bhqk)/dot_general"; XLA joins several into "(a:b:...)" when it combines
-  ops) and `source` ("path:line" of its innermost stack frame, "" when the metadata has none)."""
+  "jit(f)/jvp(bhqd,bhkd->bhqk)/dot_general"; XLA joins several into "jit(f)/(a:b:...)" when it
+  combines ops) and `source` ("path:line" of its innermost stack frame; "" when the metadata has
+  none or the op combines several)."""
 
   kind: str
   opcode: str
@@ -74,13 +75,19 @@ class Op:
   @property
   def operation(self) -> str:
     """op_name without its "jit(...)/" scope; for combined ops, the opcode and their count."""
-    if self.op_name.startswith("("):
-      return f"{self.opcode} of {self.op_name.count(':') + 1} combined operations"
-    return re.sub(r"^jit\([^)]*\)/", "", self.op_name) or self.opcode
+    name = re.sub(r"^jit\([^)]*\)/", "", self.op_name)
+    if name.startswith("("):
+      return f"{self.opcode} of {name.count(':') + 1} combined operations"
+    return name or self.opcode
 
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+
+
+_ELEMENTWISE = frozenset((  # HLO opcodes of elementwise arithmetic (an op outside a fusion)
+    "add subtract multiply divide negate abs exponential log tanh logistic sqrt rsqrt power "
+    "maximum minimum compare select clamp convert broadcast and or not xor").split())
 
 
 def _opcode(rhs: str) -> str:
@@ -172,14 +179,14 @@ def parse_hlo(text: str, root: str = "") -> dict[str, Op]:
       kind = "transpose/copy"
     elif names & {"reduce", "reduce-window"}:
       kind = "reduction"
-    elif codes[0][0] == "fusion" or names <= {"add", "multiply", "subtract", "divide", "exp",
-                                              "select", "convert", "broadcast", "maximum"}:
+    elif codes[0][0] == "fusion" or names <= _ELEMENTWISE:
       kind = "elementwise"
     else:
       kind = "other"
     op_name = re.search(r'op_name="([^"]*)"', rhs)
     frame = re.search(r"stack_frame_id=(\d+)", rhs)
-    source = frames.get(int(frame.group(1)), "") if frame else ""
+    combined = op_name is not None and ":" in op_name.group(1) and "/(" in op_name.group(1)
+    source = frames.get(int(frame.group(1)), "") if frame and not combined else ""
     if root and source.startswith(root):
       source = source[len(root):].lstrip("/")
     ops[name] = Op(kind, codes[0][0], op_name.group(1) if op_name else "", source)
@@ -233,10 +240,10 @@ def main(argv):
   del argv
   for name, least in (("steps", 1), ("warmup", 0), ("top", 1)):
     if getattr(FLAGS, name) < least:
-      raise app.UsageError(f"--{name} takes an integer >= {least}; got {getattr(FLAGS, name)}")
+      refuse(f"--{name} takes an integer >= {least}; got {getattr(FLAGS, name)}")
   reason = check_devices(FLAGS.devices, [FLAGS.shape])
   if reason:
-    raise app.UsageError(reason)
+    refuse(reason)
   ours = Ours(FLAGS.shape, FLAGS.scheme, FLAGS.devices)
   for _ in range(FLAGS.warmup):
     ours.step()

@@ -46,6 +46,7 @@ from data.tokenizers import get_tokenizer  # noqa: E402
 from models import sharding  # noqa: E402
 from data import inputs as data_inputs
 from models import spec as specs
+from our_step import refuse
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("configs", ["tiny", "d512"], "models to measure: tiny, d512")
@@ -60,15 +61,14 @@ def model_config(name: str, kind: str = "alibi"):
   """The benchmark's config `name` (module docstring) with positional scheme `kind`."""
   from models import positions
   if kind not in positions.REGISTRY:
-    raise app.UsageError(f"--kinds: unknown scheme {kind!r}; choose from "
-                         f"{sorted(positions.REGISTRY)}")
+    refuse(f"--kinds: unknown scheme {kind!r}; choose from {sorted(positions.REGISTRY)}")
   c = alibi_tiny.get_config()
   c.model.position.kind = kind
   if name == "d512":
     c.model.d_model, c.model.num_heads, c.model.mlp_dim = 512, 8, 2048
     c.data.batch_size = 8
   elif name != "tiny":
-    raise app.UsageError(f"--configs: unknown model {name!r}; choose tiny or d512")
+    refuse(f"--configs: unknown model {name!r}; choose tiny or d512")
   return c
 
 

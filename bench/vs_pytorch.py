@@ -2,7 +2,8 @@
 machine, in one run.
 
   pip install -e '.[bench]'     # PyTorch; on a CPU machine prefer the CPU wheel:
-                                #   pip install torch --index-url https://download.pytorch.org/whl/cpu
+                                #   pip install torch==2.13.0+cpu (or --index-url
+                                #   https://download.pytorch.org/whl/cpu where it is reachable)
   python bench/vs_pytorch.py                          # three shapes x learned, alibi, rope
   python bench/vs_pytorch.py --shapes=default --steps=20
   XLA_FLAGS=--xla_force_host_platform_device_count=2 python bench/vs_pytorch.py --devices=2
@@ -20,7 +21,7 @@ apart).
 
 Timing: every measurement runs `--warmup` steps, then `--steps` timed steps, each blocked on
 (JAX: `block_until_ready`; PyTorch eager is synchronous on CPU); the systems take turns in
-rounds of `--steps // --rounds` steps so that both see the same minutes of the machine, and each
+rounds of ceil(`--steps` / `--rounds`) steps so that both see the same minutes of the machine, and each
 row reports the median step. tokens/s = batch x length / median step time; ratio = our tokens/s
 over the reference's (> 1: ours is faster).
 
@@ -41,7 +42,7 @@ import time
 import jax
 from absl import app, flags
 
-from our_step import NUM_LAYERS, SCHEMES, SHAPES, VOCAB, Ours, check_devices
+from our_step import NUM_LAYERS, SCHEMES, SHAPES, VOCAB, Ours, check_devices, refuse
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", list(SHAPES), f"shapes to measure, from {list(SHAPES)}")
@@ -54,17 +55,17 @@ flags.DEFINE_integer("devices", 1, "JAX devices our step runs on, data-parallel 
 
 
 def check_flags() -> None:
-  """One line per bad flag (absl.app.UsageError: exit 1 with the message)."""
+  """The first bad flag, refused in one line (`our_step.refuse`: exit status 2)."""
   for name, allowed in (("shapes", SHAPES), ("schemes", SCHEMES)):
     bad = [v for v in getattr(FLAGS, name) if v not in allowed]
     if bad or not getattr(FLAGS, name):
-      raise app.UsageError(f"--{name} takes a non-empty list from {list(allowed)}; got {bad}")
+      refuse(f"--{name} takes a non-empty list from {list(allowed)}; got {bad}")
   for name in ("steps", "warmup", "rounds"):
     if getattr(FLAGS, name) < (0 if name == "warmup" else 1):
-      raise app.UsageError(f"--{name} takes a positive integer; got {getattr(FLAGS, name)}")
+      refuse(f"--{name} takes a positive integer; got {getattr(FLAGS, name)}")
   reason = check_devices(FLAGS.devices, FLAGS.shapes)
   if reason:
-    raise app.UsageError(reason)
+    refuse(reason)
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -166,8 +167,9 @@ def main(argv):
   print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"{time.strftime('%Y-%m-%d')}; jax {jax.__version__} on {jax.devices()[0].platform}; "
         + (f"PyTorch {torch_version} eager" if torch_version else
-           "PyTorch is not installed (pip install -e '.[bench]'): our rows only"))
-  print(f"# median of {FLAGS.steps} steps after {FLAGS.warmup} warm-up steps, "
+           "PyTorch is not installed (on CPU: pip install torch==2.13.0+cpu): our rows only"))
+  timed = FLAGS.rounds * math.ceil(FLAGS.steps / FLAGS.rounds)  # as `measure` takes them
+  print(f"# median of {timed} steps after {FLAGS.warmup} warm-up step(s), "
         f"{FLAGS.rounds} interleaved rounds; random tokens, AdamW, clipping 1.0, float32")
   print("| shape | system | params | ms/step | tokens/s | ours / PyTorch |")
   print("|---|---|---|---|---|---|")

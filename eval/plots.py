@@ -265,6 +265,7 @@ def plot_training_curves(records: list[dict], path: str, title: str = "") -> boo
   for ax, (key, label, log) in zip(axes.flat, TRAINING_PANELS):
     points = [(r["step"], r[key]) for r in train if r.get(key) is not None]
     ax.plot([p[0] for p in points], [p[1] for p in points], color="#0072B2", linewidth=1.2,
+            marker="o" if len(points) < 3 else None, markersize=4,  # 1 point draws no line
             label="training batch" if key == "loss" else None)
     if key == "loss":
       val = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]

@@ -16,7 +16,7 @@ import jax
 from etils import epath
 
 from configs import base as base_config
-from configs.errors import ConfigError
+from configs.errors import ConfigError, flatten
 from eval.files import write_json
 from models import rope_scaling
 
@@ -117,6 +117,24 @@ def check_same_model(workdir: str, config) -> None:
     if was != now:
       raise ConfigError(f"--workdir={workdir} holds a run with {field}={was!r}, not {now!r}; "
                         "use a new --workdir (or the old value) to resume")
+
+
+def changed_fields(workdir: str, config, limit: int = 8) -> list[str]:
+  """The fields whose value differs between the run already in `workdir` and `config`, as
+  "path: old -> new" (at most `limit`, then "... and N more"); [] without a config.json.
+
+  For the warning of a resume whose config changed in what `check_same_model` allows (the
+  schedule, the evaluation, logging): the run continues with the new values. Fields added to
+  configs/base.py since that run count as their defaults (`load_run_config`).
+  """
+  if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+    return []
+  old = flatten(json.loads(load_run_config(workdir).to_json()))
+  new = flatten(json.loads(config.to_json()))
+  changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
+             if old.get(k) != new.get(k)]
+  more = len(changed) - limit
+  return changed[:limit] + ([f"... and {more} more"] if more > 0 else [])
 
 
 def write_run_config(workdir: str, config, **fields) -> None:

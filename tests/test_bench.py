@@ -21,9 +21,15 @@ def vs_pytorch(*args):
 
 
 def test_vs_pytorch_refuses_bad_flags_and_prints_its_rows():
-  bad = vs_pytorch("--shapes=huge")
-  assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1] == (
-      "--shapes takes a non-empty list from ['default', 'wide', 'long']; got ['huge']")
+  for args, message in (
+      (["--shapes=wide,huge"], "--shapes takes a non-empty list from ['default', 'wide', "
+                               "'long']; got ['huge']"),
+      (["--devices=3"], "--devices=3 must divide the batch size of every shape (default: 16, "
+                        "wide: 8, long: 4)"),
+      (["--devices=2"], "--devices=2 but this process has 1 JAX device(s); on CPU start it "
+                        "with XLA_FLAGS=--xla_force_host_platform_device_count=2")):
+    bad = vs_pytorch(*args)
+    assert (bad.returncode, bad.stderr.strip()) == (2, f"error: {message}"), bad.stderr[-2000:]
   run = vs_pytorch("--shapes=default", "--schemes=alibi", "--steps=1", "--warmup=0", "--rounds=1")
   assert run.returncode == 0, run.stderr[-2000:]
   ours = re.search(r"^\| default \(16 x 256\) \| ours, `alibi` \| ([\d,]+) \| ([\d.]+) \| "
@@ -78,6 +84,20 @@ def test_profile_step_maps_traced_ops_to_their_kind_and_source_line(tmp_path):
   assert ("transpose(jvp())/dot_general", "all-reduce of 2 combined operations") == tuple(
       profile_step.Op("other", op, name, "").operation for op, name in (
           ("fusion", "jit(train_step)/transpose(jvp())/dot_general"),
-          ("all-reduce", "(jit(t)/transpose(jvp())/dot_general:jit(t)/jvp()/reduce_sum)")))
+          ("all-reduce", "jit(t)/(transpose(jvp())/dot_general:jvp()/reduce_sum)")))
+  combined = profile_step.parse_hlo(
+      "HloModule m\n\nFileNames\n1 \"/r/models/attention.py\"\n\nFileLocations\n"
+      "1 {file_name_id=1 function_name_id=1 line=9 end_line=9}\n\nStackFrames\n"
+      "1 {file_location_id=1 parent_frame_id=1}\n\n"
+      "ENTRY %main (p: f32[2]) -> f32[2] {\n"
+      "  %p = f32[2]{0} parameter(0)\n"
+      "  %all-reduce = f32[2]{0} all-reduce(%p), to_apply=%add, metadata={op_name=\"jit(t)/("
+      "transpose(jvp())/dot_general:jvp()/reduce_sum)\" stack_frame_id=1}\n"
+      "  ROOT %exp = f32[2]{0} exponential(%all-reduce), metadata={op_name=\"jit(t)/exp\" "
+      "stack_frame_id=1}\n}\n", "/r")
+  assert combined["all-reduce"].source == "" and combined["exp"].source == "models/attention.py:9"
+  assert (combined["all-reduce"].kind, combined["all-reduce"].operation) == (
+      "other", "all-reduce of 2 combined operations")
+  assert (combined["exp"].kind, combined["exp"].operation) == ("elementwise", "exp")
   with pytest.raises(FileNotFoundError, match="no perfetto_trace.json.gz under"):
     profile_step.trace_times(str(tmp_path / "empty"))

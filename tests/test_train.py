@@ -279,6 +279,25 @@ def test_eval_config_names_the_model_fields_that_changed(tmp_path):
                                  "must stay as trained")
 
 
+def test_a_resume_with_another_schedule_names_the_changed_fields(tmp_path):
+  """runs.workdir.changed_fields: what train.py warns of when a workdir's run resumes with
+  other values (allowed outside the model; check_same_model refuses those)."""
+  from runs import workdir as run_dir
+  assert run_dir.changed_fields(str(tmp_path), tiny_config("unused", "rope")) == []  # no run
+  trained = tiny_config("unused", "rope")
+  trained.train.num_steps, trained.train.warmup_steps = 20, 5
+  run_dir.write_run_config(str(tmp_path), trained)
+  assert run_dir.changed_fields(str(tmp_path), trained) == []
+  resumed = tiny_config("unused", "rope")
+  resumed.train.num_steps, resumed.train.warmup_steps = 900, 50
+  run_dir.check_same_model(str(tmp_path), resumed)  # allowed
+  assert run_dir.changed_fields(str(tmp_path), resumed) == [
+      "train.num_steps: 20 -> 900", "train.warmup_steps: 5 -> 50"]
+  resumed.eval.stride, resumed.train.seed = 7, 99
+  assert run_dir.changed_fields(str(tmp_path), resumed, limit=2) == [
+      "eval.stride: 0 -> 7", "train.num_steps: 20 -> 900", "... and 2 more"]
+
+
 def test_eval_cli_helpshort_lists_the_flags_not_the_config():
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
   proc = subprocess.run([sys.executable, "-m", "eval.run", "--helpshort"], capture_output=True,
