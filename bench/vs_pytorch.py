@@ -10,20 +10,20 @@ machine, in one run.
                                 # ours data-parallel over two CPU devices (one per core)
 
 Ours: the real step of train.py (`train.make_step_fn`: jit, shardings, AdamW with warmup/cosine,
-global-norm clipping 1.0, the loss), on `--devices` devices (default 1), float32, for the schemes `learned`, `alibi`
-and `rope`; the byte vocabulary (259) in both. Reference: nanoGPT's GPT written for this bench
-(Karpathy, github.com/karpathy/nanoGPT, model.py: pre-norm GPT-2 blocks without biases, causal
-`torch.nn.functional.scaled_dot_product_attention`, GELU MLP, learned absolute positions, tied
-embeddings), `torch.optim.AdamW(fused=True)` (foreach when fused is unavailable) and
-`clip_grad_norm_(1.0)`. Both get random tokens of the same batch shape; their parameter counts
-are printed (ours uses RMSNorm, the reference LayerNorm without bias: a few hundred parameters
-apart).
+global-norm clipping 1.0, the loss), on `--devices` devices (default 1), float32, for the
+schemes `learned`, `alibi` and `rope`; the byte vocabulary (259) in both. Reference: nanoGPT's
+GPT written for this bench (Karpathy, github.com/karpathy/nanoGPT, model.py: pre-norm GPT-2
+blocks without biases, causal `torch.nn.functional.scaled_dot_product_attention`, GELU MLP,
+learned absolute positions, tied embeddings), `torch.optim.AdamW(fused=True)` (foreach when
+fused is unavailable) and `clip_grad_norm_(1.0)`. Both get random tokens of the same batch
+shape; their parameter counts are printed (ours uses RMSNorm, the reference LayerNorm without
+bias: a few hundred parameters apart).
 
-Timing: every measurement runs `--warmup` steps, then `--steps` timed steps, each blocked on
-(JAX: `block_until_ready`; PyTorch eager is synchronous on CPU); the systems take turns in
-rounds of ceil(`--steps` / `--rounds`) steps so that both see the same minutes of the machine, and each
-row reports the median step. tokens/s = batch x length / median step time; ratio = our tokens/s
-over the reference's (> 1: ours is faster).
+Timing: every measurement runs `--warmup` steps, then about `--steps` timed steps, each blocked
+on (JAX: `block_until_ready`; PyTorch eager is synchronous on CPU); the systems take turns in
+`--rounds` rounds of ceil(`--steps` / `--rounds`) steps so that both see the same minutes of the
+machine, and each row reports the median step (the header gives the count). tokens/s = batch x
+length / median step time; ratio = our tokens/s over the reference's (> 1: ours is faster).
 
 Shapes: bench/our_step.py (default = configs/alibi_tiny.py's, 16 x 256; wide = d_model 512,
 8 x 256; long = d_model 256, 4 x 1024). Where our step's time goes: bench/profile_step.py.
