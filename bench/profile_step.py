@@ -42,8 +42,9 @@ import time
 import jax
 from absl import app, flags
 
+from our_step import SHAPES, Ours, check_devices, refuse  # first: puts the repo root on sys.path
 from models import positions
-from our_step import SHAPES, Ours, check_devices, refuse
+from runs import distributed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("shape", "default", list(SHAPES), "bench shape (bench/our_step.py)")
@@ -238,6 +239,7 @@ def breakdown(ops: dict[str, Op], times: dict[str, tuple[float, int]], steps: in
 
 def main(argv):
   del argv
+  distributed.quiet_library_logs()  # no INFO lines (libtpu) before a refusal
   for name, least in (("steps", 1), ("warmup", 0), ("top", 1)):
     if getattr(FLAGS, name) < least:
       refuse(f"--{name} takes an integer >= {least}; got {getattr(FLAGS, name)}")

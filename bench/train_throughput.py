@@ -47,6 +47,7 @@ from models import sharding  # noqa: E402
 from data import inputs as data_inputs
 from models import spec as specs
 from our_step import refuse
+from runs import distributed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("configs", ["tiny", "d512"], "models to measure: tiny, d512")
@@ -123,8 +124,24 @@ def measure(config, steps: int, peak: float, prefetch: int | None) -> dict:
           "gflop_per_step": flops / 1e9, "mfu": flops / loop / (peak * len(jax.devices()))}
 
 
+def check_flags() -> None:
+  """The first bad flag, refused in one line before anything runs (`our_step.refuse`)."""
+  if FLAGS.steps < 1:
+    refuse(f"--steps takes a positive integer; got {FLAGS.steps}")
+  bad = [p for p in FLAGS.prefetch if p != "grain" and not p.isdigit()]
+  if bad or not FLAGS.prefetch:
+    refuse(f"--prefetch takes integers >= 0 or 'grain'; got {FLAGS.prefetch}")
+  if not FLAGS.configs or not FLAGS.kinds:
+    refuse("--configs and --kinds take non-empty lists")
+  for name in FLAGS.configs:
+    for kind in FLAGS.kinds:
+      model_config(name, kind)  # refuses an unknown model or scheme
+
+
 def main(argv):
   del argv
+  distributed.quiet_library_logs()
+  check_flags()
   peak = specs.measure_peak_flops()
   print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"jax {jax.__version__}, {jax.devices()[0].platform} x {jax.device_count()}; "

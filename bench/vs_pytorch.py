@@ -42,7 +42,9 @@ import time
 import jax
 from absl import app, flags
 
+# our_step first: it puts the repo root on sys.path
 from our_step import NUM_LAYERS, SCHEMES, SHAPES, VOCAB, Ours, check_devices, refuse
+from runs import distributed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", list(SHAPES), f"shapes to measure, from {list(SHAPES)}")
@@ -158,6 +160,7 @@ def measure(systems: dict) -> dict[str, float]:
 
 def main(argv):
   del argv
+  distributed.quiet_library_logs()  # no INFO lines (libtpu) before a refusal
   check_flags()
   try:
     import torch

@@ -119,20 +119,25 @@ def check_same_model(workdir: str, config) -> None:
                         "use a new --workdir (or the old value) to resume")
 
 
+# Config fields about one process of a run, expected to differ between its starts.
+PER_PROCESS_FIELDS = frozenset({"train.stop_after_step"})
+
+
 def changed_fields(workdir: str, config, limit: int = 8) -> list[str]:
   """The fields whose value differs between the run already in `workdir` and `config`, as
   "path: old -> new" (at most `limit`, then "... and N more"); [] without a config.json.
 
   For the warning of a resume whose config changed in what `check_same_model` allows (the
   schedule, the evaluation, logging): the run continues with the new values. Fields added to
-  configs/base.py since that run count as their defaults (`load_run_config`).
+  configs/base.py since that run count as their defaults (`load_run_config`); the fields of
+  PER_PROCESS_FIELDS (where one process stops) are not the run's and are left out.
   """
   if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
     return []
   old = flatten(json.loads(load_run_config(workdir).to_json()))
   new = flatten(json.loads(config.to_json()))
   changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
-             if old.get(k) != new.get(k)]
+             if old.get(k) != new.get(k) and k not in PER_PROCESS_FIELDS]
   more = len(changed) - limit
   return changed[:limit] + ([f"... and {more} more"] if more > 0 else [])
 

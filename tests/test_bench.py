@@ -29,7 +29,14 @@ def test_vs_pytorch_refuses_bad_flags_and_prints_its_rows():
       (["--devices=2"], "--devices=2 but this process has 1 JAX device(s); on CPU start it "
                         "with XLA_FLAGS=--xla_force_host_platform_device_count=2")):
     bad = vs_pytorch(*args)
-    assert (bad.returncode, bad.stderr.strip()) == (2, f"error: {message}"), bad.stderr[-2000:]
+    assert (bad.returncode, bad.stderr.strip(), bad.stdout) == (2, f"error: {message}", ""), (
+        bad.stderr[-2000:])
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
+  bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_throughput.py"),
+                        "--prefetch=4,abc"], capture_output=True, text=True, cwd=ROOT, env=env,
+                       timeout=300)  # refused before the machine's matmul rate is measured
+  assert (bad.returncode, bad.stderr.strip(), bad.stdout) == (
+      2, "error: --prefetch takes integers >= 0 or 'grain'; got ['4', 'abc']", "")
   run = vs_pytorch("--shapes=default", "--schemes=alibi", "--steps=1", "--warmup=0", "--rounds=1")
   assert run.returncode == 0, run.stderr[-2000:]
   ours = re.search(r"^\| default \(16 x 256\) \| ours, `alibi` \| ([\d,]+) \| ([\d.]+) \| "

@@ -155,7 +155,7 @@ def tensorboard_events(workdir) -> list:
   return events
 
 
-def test_kill_and_resume_is_exact(text_corpus, tmp_path):
+def test_kill_and_resume_is_exact(text_corpus, tmp_path, capsys):
   straight = tiny_config(text_corpus, "learned")
   train.train_and_evaluate(straight, str(tmp_path / "straight"), devices=jax.devices()[:1])
 
@@ -166,7 +166,11 @@ def test_kill_and_resume_is_exact(text_corpus, tmp_path):
   assert not os.path.exists(tmp_path / "resumed" / "eval")
   assert os.path.getsize(tmp_path / "resumed" / "training_curves.png") > 0  # drawn on a stop too
   second = tiny_config(text_corpus, "learned")
+  second.eval.max_tokens_per_length = 256  # another value (was 512): the resume says so
+  capsys.readouterr()
   train.train_and_evaluate(second, str(tmp_path / "resumed"), devices=jax.devices()[:1])
+  assert ("it resumes with the new ones: eval.max_tokens_per_length: 512 -> 256\n"
+          in capsys.readouterr().out)  # and not train.stop_after_step (one process's field)
 
   # Same loss curve (hence the same data order) and bit-identical final parameters.
   assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
@@ -206,6 +210,13 @@ def test_checkpoint_of_another_shape_is_refused(text_corpus, tmp_path):
   other.train.num_steps = 4
   with pytest.raises(ConfigError, match="model.d_model=64, not 32"):
     train.train_and_evaluate(other, str(tmp_path), devices=jax.devices()[:1])
+  assert open(tmp_path / "config.json").read() == before
+  # So is a step count below the last checkpoint's (no step to train, none to reach).
+  fewer = tiny_config(text_corpus)
+  fewer.train.num_steps, fewer.train.warmup_steps = 1, 1
+  with pytest.raises(ConfigError, match=r"^train.num_steps=1 is below the step of the last "
+                     r"checkpoint in --workdir=.* \(2\); raise it to resume"):
+    train.train_and_evaluate(fewer, str(tmp_path), devices=jax.devices()[:1])
   assert open(tmp_path / "config.json").read() == before
 
 
