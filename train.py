@@ -30,7 +30,7 @@ from models import sharding
 from models.spec import (ModelSpec, abstract_with_shardings, init_params, measure_peak_flops,
                          train_flops_per_token)
 from runs import distributed, memory, wandb_log, warm_start, workdir as run_dir
-from runs.checkpoint import TrainCheckpoints, committed_steps
+from runs.checkpoint import TrainCheckpoints
 from runs.distributed import Preemption, chief_print
 from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
 from runs.optimizer import make_lr_schedule, make_optimizer
@@ -279,14 +279,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
   spec = plan.evaluations[0].spec
   for warning in plan.warnings:
     chief_print(f"warning: {warning}")
-  run_dir.check_same_model(workdir, config)
-  done = committed_steps(workdir)
-  if done and done[-1] > config.train.num_steps:  # nothing to train, and no such step to reach
-    raise ConfigError(f"train.num_steps={config.train.num_steps} is below the step of the last "
-                      f"checkpoint in --workdir={workdir} ({done[-1]}); raise it to resume, or "
-                      "evaluate that run with `python -m eval.run`")
-  changed = run_dir.changed_fields(workdir, config)
-  if changed:  # a resume with another schedule, evaluation, ...: allowed, but said
+  changed = run_dir.check_resume(workdir, config)  # refuses another model; says what changed
+  if changed:
     chief_print(f"warning: --workdir={workdir} holds a run started with other values; it "
                 f"resumes with the new ones: {'; '.join(changed)}")
   parent = warm_start.check_init_from(config, workdir, mesh)  # train.init_from

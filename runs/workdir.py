@@ -19,6 +19,7 @@ from configs import base as base_config
 from configs.errors import ConfigError, flatten
 from eval.files import write_json
 from models import rope_scaling
+from runs.checkpoint import committed_steps
 
 CONFIG_FILE = "config.json"
 
@@ -98,16 +99,31 @@ def load_run_config(workdir: str):
   return config
 
 
-def check_same_model(workdir: str, config) -> None:
-  """Refuses to resume a workdir whose run had another model or data layout.
+# Config fields about one process of a run, expected to differ between its starts.
+PER_PROCESS_FIELDS = frozenset({"train.stop_after_step"})
+
+
+def check_resume(workdir: str, config, limit: int = 8) -> list[str]:
+  """Checks that `config` can resume the run in `workdir`, and says what it changes.
+
+  Reads `workdir/config.json` once. A run may resume with another schedule, evaluation or
+  logging (the run continues with the new values), or another `model.remat` (memory and
+  compute, not the checkpoint).
+
+  Returns:
+    [] for a workdir without a config.json (a new run); else the fields whose value differs,
+    as "path: old -> new" (at most `limit`, then "... and N more"), for train.py's warning.
+    Fields added to configs/base.py since that run count as their defaults (`load_run_config`);
+    PER_PROCESS_FIELDS (where one process stops) are not the run's and are left out.
 
   Raises:
-    ConfigError: `workdir/config.json` exists and its `model` section, `data.train_len` or
-      `data.tokenizer` differ from `config`'s (the checkpoint could not be restored); names the
-      first differing field.
+    ConfigError: its `model` section (but `remat`), `data.train_len` or `data.tokenizer` differ
+      from `config`'s (the checkpoint could not be restored; names the first differing field),
+      or `train.num_steps` is below the step of the last committed checkpoint (no step to
+      train and none to reach).
   """
   if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
-    return
+    return []
   old = json.loads(load_run_config(workdir).to_json())
   new = json.loads(config.to_json())
   pairs = [(f"model.{k}", old["model"].get(k), v) for k, v in new["model"].items()
@@ -117,25 +133,12 @@ def check_same_model(workdir: str, config) -> None:
     if was != now:
       raise ConfigError(f"--workdir={workdir} holds a run with {field}={was!r}, not {now!r}; "
                         "use a new --workdir (or the old value) to resume")
-
-
-# Config fields about one process of a run, expected to differ between its starts.
-PER_PROCESS_FIELDS = frozenset({"train.stop_after_step"})
-
-
-def changed_fields(workdir: str, config, limit: int = 8) -> list[str]:
-  """The fields whose value differs between the run already in `workdir` and `config`, as
-  "path: old -> new" (at most `limit`, then "... and N more"); [] without a config.json.
-
-  For the warning of a resume whose config changed in what `check_same_model` allows (the
-  schedule, the evaluation, logging): the run continues with the new values. Fields added to
-  configs/base.py since that run count as their defaults (`load_run_config`); the fields of
-  PER_PROCESS_FIELDS (where one process stops) are not the run's and are left out.
-  """
-  if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
-    return []
-  old = flatten(json.loads(load_run_config(workdir).to_json()))
-  new = flatten(json.loads(config.to_json()))
+  done = committed_steps(workdir)
+  if done and done[-1] > config.train.num_steps:
+    raise ConfigError(f"train.num_steps={config.train.num_steps} is below the step of the last "
+                      f"checkpoint in --workdir={workdir} ({done[-1]}); raise it to resume, or "
+                      "evaluate that run with `python -m eval.run`")
+  old, new = flatten(old), flatten(new)
   changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
              if old.get(k) != new.get(k) and k not in PER_PROCESS_FIELDS]
   more = len(changed) - limit

@@ -106,10 +106,10 @@ def test_start_line_then_eval_skips_a_length_that_cannot_fit(text_corpus, tmp_pa
 
   resumed = run_dir.load_run_config(workdir)
   resumed.model.remat = "full"  # a run may resume with remat (same checkpoint), not another width
-  run_dir.check_same_model(workdir, resumed)
+  assert run_dir.check_resume(workdir, resumed)[0].startswith("model.remat: ")
   resumed.model.d_model = 32
   with pytest.raises(ConfigError, match="model.d_model=64"):
-    run_dir.check_same_model(workdir, resumed)
+    run_dir.check_resume(workdir, resumed)
 
   needs = scoring_needs(workdir, (16, 128), 4096)
   assert needs[128] > needs[16]

@@ -291,21 +291,20 @@ def test_eval_config_names_the_model_fields_that_changed(tmp_path):
 
 
 def test_a_resume_with_another_schedule_names_the_changed_fields(tmp_path):
-  """runs.workdir.changed_fields: what train.py warns of when a workdir's run resumes with
-  other values (allowed outside the model; check_same_model refuses those)."""
+  """runs.workdir.check_resume: what train.py warns of when a workdir's run resumes with
+  other values (allowed outside the model, whose changes it refuses)."""
   from runs import workdir as run_dir
-  assert run_dir.changed_fields(str(tmp_path), tiny_config("unused", "rope")) == []  # no run
+  assert run_dir.check_resume(str(tmp_path), tiny_config("unused", "rope")) == []  # no run
   trained = tiny_config("unused", "rope")
   trained.train.num_steps, trained.train.warmup_steps = 20, 5
   run_dir.write_run_config(str(tmp_path), trained)
-  assert run_dir.changed_fields(str(tmp_path), trained) == []
+  assert run_dir.check_resume(str(tmp_path), trained) == []
   resumed = tiny_config("unused", "rope")
   resumed.train.num_steps, resumed.train.warmup_steps = 900, 50
-  run_dir.check_same_model(str(tmp_path), resumed)  # allowed
-  assert run_dir.changed_fields(str(tmp_path), resumed) == [
+  assert run_dir.check_resume(str(tmp_path), resumed) == [
       "train.num_steps: 20 -> 900", "train.warmup_steps: 5 -> 50"]
   resumed.eval.stride, resumed.train.seed = 7, 99
-  assert run_dir.changed_fields(str(tmp_path), resumed, limit=2) == [
+  assert run_dir.check_resume(str(tmp_path), resumed, limit=2) == [
       "eval.stride: 0 -> 7", "train.num_steps: 20 -> 900", "... and 2 more"]
 
 
