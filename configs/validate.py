@@ -125,6 +125,25 @@ def validate(config, num_devices: int) -> None:
   if t.eval_every_steps < 0:
     raise ConfigError(f"train.eval_every_steps must be >= 0; got {t.eval_every_steps}")
   wandb_log.check_config(config)  # train.wandb_project / wandb_entity / wandb_mode
+  check_evaluation(config)  # the held-out splits and eval.* lengths and protocol
+  positive_int(config, "train.grad_accum_steps")
+  data, fsdp, _, _ = mesh_shape(config.mesh, num_devices)
+  micro = config.data.batch_size // t.grad_accum_steps
+  if config.data.batch_size % t.grad_accum_steps or micro % (data * fsdp):
+    raise ConfigError(
+        f"data.batch_size={config.data.batch_size} must split into train.grad_accum_steps="
+        f"{t.grad_accum_steps} microbatches whose size is divisible by the batch-parallel "
+        f"devices mesh.data*mesh.fsdp={data * fsdp}")
+
+
+def check_evaluation(config) -> None:
+  """The fields of the held-out evaluation: data.validation_fraction / test_fraction against
+  eval.split, eval.length_multipliers (lengths of >= 1 token), eval.protocol, stride and
+  position_bins (`validate` calls it; the order of its checks is the order of their errors).
+
+  Raises:
+    ConfigError: on the first bad field, naming it and the allowed values.
+  """
   if not 0 <= config.data.validation_fraction < 1 or not 0 <= config.data.test_fraction < 1:
     raise ConfigError("data.validation_fraction and data.test_fraction must lie in [0, 1)")
   if config.eval.split == "validation" and config.data.validation_fraction <= 0:
@@ -152,14 +171,6 @@ def validate(config, num_devices: int) -> None:
     raise ConfigError(f"eval.stride={e.stride} exceeds the shortest evaluation length "
                       f"{min(eval_lengths(config))} tokens (windows would skip tokens); use a stride "
                       "<= every length, or 0 (= length // 2)")
-  positive_int(config, "train.grad_accum_steps")
-  data, fsdp, _, _ = mesh_shape(config.mesh, num_devices)
-  micro = config.data.batch_size // t.grad_accum_steps
-  if config.data.batch_size % t.grad_accum_steps or micro % (data * fsdp):
-    raise ConfigError(
-        f"data.batch_size={config.data.batch_size} must split into train.grad_accum_steps="
-        f"{t.grad_accum_steps} microbatches whose size is divisible by the batch-parallel "
-        f"devices mesh.data*mesh.fsdp={data * fsdp}")
 
 
 def check_data_source(config) -> None:
