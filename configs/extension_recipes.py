@@ -37,7 +37,7 @@ import math
 import os
 
 from configs.errors import ConfigError
-from runs.workdir import CONFIG_FILE, load_run_config
+from configs.stored import CONFIG_FILE, load_run_config
 
 BUDGET = 0.10  # share of the parent's training tokens spent on fine-tuning
 LR_RATIO = 2e-5 / 3e-4  # fine-tuning over pretraining peak learning rate (PI, YaRN on Llama 2)

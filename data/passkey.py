@@ -645,7 +645,7 @@ def check_retrieval(config) -> None:
   """Checks the retrieval fields: data.passkey and eval.passkey, needle, niah_multikey,
   niah_multivalue, niah_multiquery and variable_tracking.
 
-  Sections absent from an older config are skipped (runs.workdir.load_run_config fills them
+  Sections absent from an older config are skipped (configs.stored.load_run_config fills them
   from configs/base.py anyway).
 
   Raises:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from configs.errors import ConfigError
+from data.tokenizers import get_tokenizer
 
 DIGITS = "digits"
 SEGMENTS = "segments"
@@ -218,3 +219,14 @@ def build(name: str, cfg, tokenizer, seed: int = 0) -> PositionLayout | None:
     raise ConfigError(f"model.position.bipe_separators={cfg.bipe_separators!r} matches no token "
                       "of this tokenizer")
   return PositionLayout(SEGMENTS, separators, 0, seed)
+
+
+def from_config(config, name: str) -> PositionLayout | None:
+  """`build` for an experiment config: the layout `name` (a scheme's `position_layout`) for the
+  run's own tokenizer (`data.tokenizer`), seed 0; None for "". The model derives a scheme's
+  second position stream from the tokens with it (models/decoder.py).
+
+  Raises:
+    ConfigError: as `build`, or for a tokenizer that cannot be loaded (data/tokenizers.py).
+  """
+  return build(name, config.model.position, get_tokenizer(config.data.tokenizer)) if name else None

@@ -51,7 +51,7 @@ from configs.errors import ConfigError
 from data import corpora
 from data.corpora import DocumentRef
 from data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Tokenizer
-from eval.files import atomic_write, write_json
+from runs.files import atomic_write, write_json
 
 SOURCE_FORMATS = ("auto", "text", "jsonl")
 SP_MODEL_TYPES = ("bpe", "unigram")

@@ -47,6 +47,7 @@ from data import tasks
 from data.tasks import dataset
 from data.tokenizers import ByteTokenizer
 from eval import plots
+from runs.plots import save_png, subplots
 from eval.perplexity import batch_parallelism
 from models.sharding import batch_sharding, replicated
 
@@ -303,7 +304,7 @@ def plot_grid(result: dict, path: str) -> None:
   grid = result["grid"]
   sizes = grid["sizes"]
   acc = 100 * np.array([[np.nan if v is None else v for v in row] for row in grid["exact_match"]])
-  fig, ax = plots.subplots(figsize=(2.2 + 0.32 * len(sizes), 1.6 + 0.3 * len(sizes)), dpi=120)
+  fig, ax = subplots(figsize=(2.2 + 0.32 * len(sizes), 1.6 + 0.3 * len(sizes)), dpi=120)
   image = ax.imshow(np.ma.masked_invalid(acc), cmap=plots.ACCURACY_CMAP, vmin=0.0, vmax=100.0,
                     origin="lower", extent=(0.5, len(sizes) + 0.5, 0.5, len(sizes) + 0.5))
   if len(sizes) <= 24:
@@ -332,7 +333,7 @@ def plot_grid(result: dict, path: str) -> None:
                f"cells beyond: mean {pct(grid['beyond_exact_match'])}", fontsize=8)
   fig.colorbar(image, ax=ax, label="exact match (%)", fraction=0.04)
   fig.tight_layout()
-  plots.save_png(fig, path)
+  save_png(fig, path)
 
 
 def summarize(rows: list[dict], train_max_size: int) -> dict:
@@ -368,7 +369,7 @@ def plot(result: dict, path: str) -> None:
     path: output .png path (written atomically).
   """
   rows = [r for r in result["rows"] if r["exact_match"] is not None]
-  fig, ax = plots.subplots(figsize=(6, 4), dpi=120)
+  fig, ax = subplots(figsize=(6, 4), dpi=120)
   ax.plot([r["size"] for r in rows], [r["exact_match"] for r in rows], marker="o", markersize=3,
           label="exact match")
   ax.plot([r["size"] for r in rows], [r["token_accuracy"] for r in rows], linestyle="--",
@@ -389,7 +390,7 @@ def plot(result: dict, path: str) -> None:
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  plots.save_png(fig, path)
+  save_png(fig, path)
 
 
 __all__ = ["BUCKET", "SUITE", "accuracy", "answer_scores", "diagonal_rows", "evaluate_grid",

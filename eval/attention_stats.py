@@ -43,7 +43,7 @@ from models import sharding
 from models.sharding import replicated
 from models.spec import model_spec
 from runs.checkpoint import restore_params
-from runs.workdir import load_run_config
+from configs.stored import load_run_config
 
 # Probabilities held per forward pass: [windows, heads, L, L] float32 of one layer at a time.
 MAX_PROBS_PER_CALL = 1 << 24
@@ -214,7 +214,7 @@ def load_checkpoint(workdir: str, step: int | None = None):
     step: checkpoint step; None = the latest.
 
   Raises:
-    ConfigError: no config.json or no checkpoint (runs.workdir.load_run_config / runs.checkpoint.restore_params).
+    ConfigError: no config.json or no checkpoint (configs.stored.load_run_config / runs.checkpoint.restore_params).
   """
   config = load_run_config(workdir)
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "context": 1, "tensor": 1})

@@ -41,7 +41,7 @@ from runs import distributed
 from runs.checkpoint import restore_params
 from runs.distributed import chief_print
 from runs.metrics import validation_loss_at
-from runs.workdir import load_run_config
+from configs.stored import load_run_config
 
 FLAGS = flags.FLAGS
 

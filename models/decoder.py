@@ -14,7 +14,6 @@ from flax import nnx
 
 from configs.errors import ConfigError
 from data import position_layouts
-from data.tokenizers import get_tokenizer
 from models import position_transforms, positions
 from models.attention import Attention, KVCache
 from models.position_transforms import PositionTransform
@@ -170,9 +169,7 @@ class Decoder(nnx.Module):
     self.dtype = jnp.dtype(m.dtype)
     self.position = positions.build(m.position, dims, rngs=rngs)
     # The scheme's second position stream, if it reads one (data/position_layouts.py): static.
-    layout = self.position.position_layout
-    self.layout = position_layouts.build(layout, m.position, get_tokenizer(
-        config.data.tokenizer)) if layout else None
+    self.layout = position_layouts.from_config(config, self.position.position_layout)
     transform = PositionTransform.from_config(m.position, dims.train_len)
     temperature = position_transforms.temperature_forms(m.position, m.num_layers, dims.train_len)
     if any(temperature) and m.logn_scaling:

@@ -105,7 +105,7 @@ CONFIG_FIELDS = {
                                "off."),
 }
 # Fields whose default changed, with the value runs made before the change used: a stored
-# config.json that lacks such a field means this value (runs/workdir.load_run_config fills them).
+# config.json that lacks such a field means this value (configs/stored.load_run_config fills them).
 LEGACY_DEFAULTS = {"yarn_ramp": "ratio"}
 # Defaults of the RoPE-scaling fields where a config lacks them (a run's config.json that predates
 # them): the fields above, LEGACY_DEFAULTS where a default changed, and ALiBi interpolation's

@@ -16,8 +16,8 @@ from tensorboardX import SummaryWriter
 from tensorboardX.summary import hparams as tensorboard_hparams
 
 from configs.errors import flatten
-from eval import plots
-from eval.files import atomic_write
+from runs import plots
+from runs.files import atomic_write
 from runs import wandb_log
 
 METRICS_FILE = "metrics.jsonl"
@@ -124,7 +124,7 @@ class MetricsWriter:
       pre-flight says so before compilation: wandb_log.check_installed).
 
   `close` draws the training curves of the whole run (this start and the ones before it) into
-  `<workdir>/training_curves.png` (eval.plots.plot_training_curves).
+  `<workdir>/training_curves.png` (runs.plots.plot_training_curves).
   """
 
   def __init__(self, workdir: str, resumed_from: int | None = None, config=None):

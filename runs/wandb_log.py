@@ -23,7 +23,7 @@ import secrets
 import string
 
 from configs.errors import ConfigError, choice
-from eval.files import atomic_write
+from runs.files import atomic_write
 
 # train.wandb_mode: "" = W&B's default (the WANDB_MODE environment variable, else "online").
 MODES = ("", "online", "offline", "disabled")

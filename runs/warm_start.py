@@ -45,7 +45,8 @@ from configs.errors import ConfigError, flatten
 from models.spec import ModelSpec, model_spec
 from runs.checkpoint import committed_steps, restore_params
 from runs.distributed import chief_print
-from runs.workdir import CONFIG_FILE, config_hash, load_run_config
+from configs.stored import CONFIG_FILE, load_run_config
+from runs.workdir import config_hash
 
 
 

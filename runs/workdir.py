@@ -1,8 +1,9 @@
-"""A run's folder: checks before it is made, `config.json`, the config hash, loading a run's config.
+"""A run's folder: checks before it is made, `config.json`, the config hash, resume checks.
 
 `config.json` holds {"config": the resolved experiment config, "config_hash", "num_params",
 "mesh", "num_devices", "eval_lengths", "split_documents"}; a run's config is loaded on top of
-today's `configs/base.py` defaults, so runs trained before a field existed stay loadable.
+today's `configs/base.py` defaults (configs/stored.py), so runs trained before a field existed
+stay loadable.
 """
 
 from __future__ import annotations
@@ -15,14 +16,10 @@ from typing import Any
 import jax
 from etils import epath
 
-from configs import base as base_config
 from configs.errors import ConfigError, flatten
-from eval.files import write_json
-from models import rope_scaling
+from configs.stored import CONFIG_FILE, load_run_config
+from runs.files import write_json
 from runs.checkpoint import committed_steps
-
-CONFIG_FILE = "config.json"
-
 
 def check_workdir(workdir: str) -> None:
   """Checks that `workdir` can be used, without creating it (`make_workdir` does, once every
@@ -64,39 +61,6 @@ def make_workdir(workdir: str) -> None:
 def config_hash(config) -> str:
   """First 12 hex digits of the sha256 of the config's canonical JSON (identifies a run)."""
   return hashlib.sha256(config.to_json(sort_keys=True).encode()).hexdigest()[:12]
-
-
-def load_run_config(workdir: str):
-  """The config a training run wrote to `<workdir>/config.json`, on top of today's defaults.
-
-  Fields added to configs/base.py since the run was trained keep their defaults, so old runs
-  stay loadable, except those whose default changed (`models.rope_scaling.LEGACY_DEFAULTS`:
-  YaRN's ramp), which take the value the run used; JSON lists become the config's tuples again.
-
-  Raises:
-    ConfigError: workdir or its config.json is missing or unreadable.
-  """
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.isfile(path):
-    raise ConfigError(f"--workdir={workdir} has no config.json (is it a training run's workdir?)")
-  try:
-    with open(path) as f:
-      stored = json.load(f)["config"]
-  except (json.JSONDecodeError, KeyError) as e:
-    raise ConfigError(f"{path} is not a config written by train.py: {e}") from e
-
-  def as_tuples(x):
-    if isinstance(x, dict):
-      return {k: as_tuples(v) for k, v in x.items()}
-    return tuple(as_tuples(v) for v in x) if isinstance(x, list) else x
-
-  config = base_config.get_config()
-  position = stored.get("model", {}).get("position", {})
-  for name, value in rope_scaling.LEGACY_DEFAULTS.items():  # a default changed since the run
-    if name not in position:
-      config.model.position[name] = value
-  config.update(as_tuples(stored))
-  return config
 
 
 # Config fields about one process of a run, expected to differ between its starts.
@@ -159,7 +123,7 @@ def read_results(workdir: str, skipped: list[str] | None = None
 
   Files that are not JSON objects with a `suite` (half-written by another tool, or foreign) are
   left out, and their names appended to `skipped` if given; train.py and eval.run write theirs
-  atomically (eval/files.py). Local and bucket (`gs://...`) workdirs alike.
+  atomically (runs/files.py). Local and bucket (`gs://...`) workdirs alike.
   """
   folder = epath.Path(workdir) / "eval"
   if not folder.exists():

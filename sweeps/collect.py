@@ -4,7 +4,7 @@ Reads every run folder of the study (a folder with a config.json written by trai
 config, its final metrics (metrics.jsonl: the last training loss and validation loss) and every
 result JSON in its eval/ folder (train.py's and eval.run's: ppl_vs_length*, loss_by_position*,
 passkey*, needle*, niah_multikey*, variable_tracking*, algorithmic*), and
-writes, atomically (eval/files.py):
+writes, atomically (runs/files.py):
 
   <study>/results.parquet, results.csv
       one row per run x suite x length x extension (x protocol for the perplexity suites):
@@ -76,7 +76,7 @@ from absl import app, flags
 from configs import base as base_config, extension_recipes
 from configs.errors import ConfigError, flatten, parse_flags
 from eval import suites as suites_registry
-from eval.files import atomic_write, write_json
+from runs.files import atomic_write, write_json
 from models import rope_scaling
 from runs.metrics import read_metrics
 from runs.workdir import read_results

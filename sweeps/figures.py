@@ -23,8 +23,8 @@ from matplotlib.colors import LogNorm
 from matplotlib.lines import Line2D
 
 from eval import suites as suites_registry
-from eval.plots import (ACCURACY_CMAP, LEGEND_FONTSIZE, RETRIEVAL_CMAP, length_axis, log_axis,
-                        subplots)
+from eval.plots import ACCURACY_CMAP, RETRIEVAL_CMAP, length_axis
+from runs.plots import LEGEND_FONTSIZE, log_axis, subplots
 from configs.extension_recipes import RECIPES
 from runs.metrics import read_metrics
 from sweeps.collect import (bootstrap_high, bootstrap_low, configuration_columns, stale_runs,

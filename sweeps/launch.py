@@ -85,7 +85,7 @@ from typing import Callable, Sequence
 from absl import app, flags, logging
 
 from configs.errors import ConfigError, parse_flags
-from eval.files import atomic_write
+from runs.files import atomic_write
 from runs.checkpoint import committed_steps
 from sweeps import cost
 from sweeps import local_pack
@@ -269,7 +269,7 @@ def manifest(study: Study, planned: Sequence[Planned]) -> dict:
 
 
 def write_text(path: str, text: str) -> None:
-  """Writes `text` to a local path atomically (eval/files.py) or to a bucket object (objects
+  """Writes `text` to a local path atomically (runs/files.py) or to a bucket object (objects
   appear whole when the upload completes)."""
   if workdirs.is_remote(path):
     from etils import epath

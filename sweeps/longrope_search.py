@@ -83,8 +83,9 @@ from configs.errors import ConfigError, mesh_shape, parse_flags
 from configs.validate import validate
 from data.inputs import load_splits
 from data.tokenizers import get_tokenizer
-from eval import perplexity, plots
-from eval.files import write_json
+from eval import perplexity
+from runs.plots import save_png, subplots
+from runs.files import write_json
 from models import extensions, rope_scaling, sharding
 from models.positions import Dims
 from models.positions.rope import rotary_dim
@@ -92,7 +93,8 @@ from models.sharding import replicated
 from models.spec import model_spec
 from runs.checkpoint import restore_params
 from runs import distributed
-from runs.workdir import config_hash, load_run_config
+from configs.stored import load_run_config
+from runs.workdir import config_hash
 
 GRID = 0.01  # granularity of mutated lambda_i (the paper's step size)
 UPPER = 1.25  # lambda_i <= UPPER * s (the paper's search space)
@@ -666,7 +668,7 @@ def result_record(state: dict, settings: Settings, s: float, train_len: int) -> 
 def plot_factors(result: dict, seeds: dict, path: str) -> None:
   """factors.png: (left) the best lambda_i per RoPE pair vs PI's constant s and the other seeds;
   (right) the best perplexity after each generation vs the baselines. Written atomically."""
-  fig, (left, right) = plots.subplots(1, 2, figsize=(11, 4), dpi=120)
+  fig, (left, right) = subplots(1, 2, figsize=(11, 4), dpi=120)
   pos = result["model_position"]
   best = np.asarray(pos["longrope_long_factors"])
   pairs = np.arange(len(best))
@@ -698,7 +700,7 @@ def plot_factors(result: dict, seeds: dict, path: str) -> None:
   right.legend(fontsize=8)
   right.grid(True, which="both", alpha=0.3)
   fig.tight_layout()
-  plots.save_png(fig, path)
+  save_png(fig, path)
 
 
 def default_out(workdir: str, s: float) -> str:

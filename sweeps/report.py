@@ -29,7 +29,7 @@ import pandas as pd
 from absl import app, flags
 
 from configs.errors import ConfigError, parse_flags
-from eval.files import atomic_write
+from runs.files import atomic_write
 from sweeps import collect, search
 from sweeps.figures import (fig_fine_tuning_curves, fig_search, fig_training_curves, png_bytes, read_table,
                             read_training_curves, runs_folder, study_figures, study_table_path,

@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 import train
+from configs.stored import load_run_config
 from configs.validate import ConfigError
 from eval import attention_stats
 from eval import run as eval_run
@@ -21,7 +22,6 @@ from models.position_transforms import PositionTransform
 from models.positions.alibi import alibi_slopes
 from sweeps import collect
 from tests.conftest import tiny_config
-from runs import workdir as run_dir
 
 
 def zero_queries_and_keys(model: Decoder) -> None:
@@ -134,7 +134,7 @@ def test_attention_suite_end_to_end(text_corpus, tmp_path):
     assert json.load(f)["rows"] == rows
   assert os.path.getsize(os.path.join(workdir, "eval", "attention.png")) > 0
 
-  cfg = run_dir.load_run_config(workdir)
+  cfg = load_run_config(workdir)
   cfg.eval.extension = "yarn"
   cfg.eval.factor = 2.0
   cfg.eval.suites = "attention"

@@ -10,11 +10,11 @@ import pytest
 
 import train
 from conftest import no_compilation, tiny_config, write_config_file
+from configs.stored import load_run_config
 from configs.validate import ConfigError
 from data import corpora
 from eval import run as eval_run
 from sweeps import study as study_lib
-from runs import workdir as run_dir
 
 
 def snapshot(folder) -> dict:
@@ -102,7 +102,7 @@ def unreadable_archive(ctx):
 def eval_with(length_multipliers=None, **fields):
   """eval.run's evaluate on the trained `learned` run, with eval fields set."""
   def prepare(ctx):
-    c = run_dir.load_run_config(ctx["trained"])
+    c = load_run_config(ctx["trained"])
     set_fields(c, fields)
     return lambda: eval_run.evaluate(ctx["trained"], length_multipliers=length_multipliers,
                                      config=c)

@@ -130,7 +130,7 @@ def test_longrope_needs_the_search_and_a_rope_parent(parent, text_corpus, tmp_pa
 
 def test_recipe_of_names_every_recipe_from_its_childs_config(parent):
   from configs.errors import flatten
-  from runs.workdir import load_run_config
+  from configs.stored import load_run_config
   parent_flat = flatten(load_run_config(parent).to_dict())
   for name in RECIPES:
     child = flatten(recipe(name)(f"{parent},4").to_dict())

@@ -21,7 +21,8 @@ from configs.errors import ConfigError
 from configs.validate import validate
 from eval import run as eval_run
 from models import positions
-from runs.workdir import load_run_config, write_run_config
+from configs.stored import load_run_config
+from runs.workdir import write_run_config
 from sweeps import longrope_search as lrs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,6 +17,7 @@ from eval import perplexity
 from eval import run as eval_run
 from models import sharding
 from models import spec as specs
+from configs.stored import load_run_config
 from runs import checkpoint as run_ckpt
 from runs import memory
 from runs import workdir as run_dir
@@ -83,7 +84,7 @@ def test_train_refuses_a_step_that_cannot_fit_before_the_workdir(text_corpus, tm
 def scoring_needs(workdir, lengths, batch_tokens):
   """{length: per-device need, bytes, less the parameters} of eval.run's scoring program on all
   devices (the run's one-device mesh does not fit 8: eval.run evaluates data-parallel)."""
-  config = run_dir.load_run_config(workdir)
+  config = load_run_config(workdir)
   config.mesh.data = -1
   mesh = sharding.make_mesh(config.mesh, jax.devices())
   spec = specs.model_spec(config, mesh)
@@ -104,7 +105,7 @@ def test_start_line_then_eval_skips_a_length_that_cannot_fit(text_corpus, tmp_pa
   start = [l for l in capsys.readouterr().out.splitlines() if l.startswith("memory: ")]
   assert len(start) == 1 and "train step needs" in start[0] and "available" in start[0]
 
-  resumed = run_dir.load_run_config(workdir)
+  resumed = load_run_config(workdir)
   resumed.model.remat = "full"  # a run may resume with remat (same checkpoint), not another width
   assert run_dir.check_resume(workdir, resumed)[0].startswith("model.remat: ")
   resumed.model.d_model = 32
@@ -114,7 +115,7 @@ def test_start_line_then_eval_skips_a_length_that_cannot_fit(text_corpus, tmp_pa
   needs = scoring_needs(workdir, (16, 128), 4096)
   assert needs[128] > needs[16]
   shared = len(jax.devices())  # CPU devices of one process share the host's RAM
-  config = run_dir.load_run_config(workdir)
+  config = load_run_config(workdir)
   config.train.memory_limit_gib = shared * (needs[16] + needs[128]) / 2 / 0.9 / GIB
   eval_run.evaluate(workdir, config=config)
   rows = json.load(open(os.path.join(workdir, "eval", "ppl_vs_length.json")))["rows"]

@@ -259,7 +259,7 @@ def test_library_refuses_bad_protocol_and_stride(model):
 
 
 def test_result_files_get_the_umask_permissions_and_no_temporary_is_left(tmp_path):
-  from eval.files import atomic_write, write_json
+  from runs.files import atomic_write, write_json
   old = os.umask(0o022)
   try:
     write_json(str(tmp_path / "r.json"), {"a": 1})

@@ -17,6 +17,7 @@ from data.tokenizers import get_tokenizer
 from eval import perplexity
 from eval import run as eval_run
 from models import positions
+from configs.stored import load_run_config
 from runs import optimizer
 from runs import checkpoint as run_ckpt
 from runs import workdir as run_dir
@@ -50,7 +51,7 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   for name in ("config.json", "metrics.jsonl", "training_curves.png", "eval/ppl_vs_length.json",
                "eval/ppl_vs_length.png"):
     assert os.path.getsize(tmp_path / name) > 0
-  from eval import plots
+  from runs import plots
   assert not plots.plot_training_curves([{"step": 1, "val_loss": 2.0}], str(tmp_path / "x.png"))
   assert not os.path.exists(tmp_path / "x.png")  # no training loss: nothing drawn
   assert any(f.startswith("events") for f in os.listdir(tmp_path / "tensorboard"))
@@ -77,7 +78,7 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
 
   # Eval-time extensions (YaRN and Self-Extend, factor 2) write their own files beside the plain
   # ones, for every suite asked for, and ppl_vs_length.png gets one curve each.
-  extended = run_dir.load_run_config(str(tmp_path))
+  extended = load_run_config(str(tmp_path))
   extended.eval.extension, extended.eval.factor = "yarn,self_extend", 2.0
   extended.eval.suites = "ppl_vs_length,passkey"
   extended.eval.length_multipliers = (1.0, 4.0)  # 32 (too short for a passkey prompt), 128
@@ -103,20 +104,20 @@ def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   yarn["max_tokens_per_length"] = 1  # another budget: another figure
   assert eval_run._same_step_curves(str(tmp_path / "eval"), yarn) == []
   # An eval-time parameter under model.position (STRING's shift) names its own files.
-  shifted = run_dir.load_run_config(str(tmp_path))
+  shifted = load_run_config(str(tmp_path))
   shifted.model.position.string_shift, shifted.eval.extension = 5, "string"
   shifted.eval.length_multipliers = (1.0,)
   out_shift = eval_run.evaluate(str(tmp_path), config=shifted)
   assert set(out_shift) == {"ppl_vs_length_string_string_shift5"}
   assert out_shift["ppl_vs_length_string_string_shift5"]["extension_params"] == {"string_shift": 5}
   # The sliding protocol writes its own files; the non-overlapping ones stay.
-  sliding = run_dir.load_run_config(str(tmp_path))
+  sliding = load_run_config(str(tmp_path))
   sliding.eval.protocol, sliding.eval.stride = "sliding", 8
   sliding.eval.length_multipliers = (1.0,)
   assert set(eval_run.evaluate(str(tmp_path), config=sliding)) == {"ppl_vs_length_sliding_s8"}
   assert json.load(open(tmp_path / "eval/ppl_vs_length_sliding_s8.json"))["stride"] == 8
   assert json.load(open(tmp_path / "eval/ppl_vs_length.json"))["protocol"] == "non_overlapping"
-  bad = run_dir.load_run_config(str(tmp_path))
+  bad = load_run_config(str(tmp_path))
   bad.eval.extension = "alibi_interpolation"
   with pytest.raises(ConfigError, match="eval.extension"):
     eval_run.evaluate(str(tmp_path), config=bad)

@@ -19,7 +19,7 @@ from models import sharding
 from models.spec import model_spec
 from runs import optimizer, warm_start
 from runs.checkpoint import restore_params
-from runs.workdir import load_run_config
+from configs.stored import load_run_config
 
 def _devices():
   return jax.devices()[:1]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 import jax
 
 from data.tokenizers import get_tokenizer
-from eval.files import write_json
+from runs.files import write_json
 
 TEXT, TASK = "text", "task"  # what a run trains on: the text corpus, or an algorithmic task
 
