@@ -18,7 +18,7 @@ its split must be the config's (validation_fraction = test_fraction = 0.1, the p
 Held-out documents should be long: perplexity vs length scores windows up to 8 x 1024 tokens
 from each document's start. A SentencePiece corpus (`--tokenizer=sentencepiece:32768`) needs
 `--config.data.tokenizer=sentencepiece:<dir>/tokenizer.model --config.model.vocab_size=32768`
-(the embedding then adds 33M parameters). README, "Data at pod scale", shows the whole path.
+(the embedding then adds 33M parameters). docs/pod_scale_data.md shows the whole path.
 """
 
 from configs import base

@@ -60,7 +60,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.passkey.seed = 0  # seed of the training documents' lengths, depths and keys.
   c.data.passkey.preamble = True  # prompts open with the paper's task description (148 tokens + newline).
   c.data.passkey.key_digits = 5  # digits of the pass key, 1..18 (PI: random 5-digit numbers).
-  # Retrieval-format training mix (data/ruler.py training_documents): prompts of one suite of
+  # Retrieval-format training mix (data/retrieval_mix.py training_documents): prompts of one suite of
   # eval/needle.py, in its eval.<suite> format, with their answers, over the training text.
   c.data.retrieval_mix = ml_collections.ConfigDict()
   c.data.retrieval_mix.suite = ""  # needle | niah_multikey | niah_multivalue | niah_multiquery | variable_tracking
@@ -222,8 +222,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval[suite].haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
     c.eval[suite].value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
     c.eval[suite][field] = 4  # needles (values of the one key / keys asked), 2..64 (RULER: 4).
-  # Variable tracking grid (data/ruler.py; RULER vt): chains of VAR assignments in held-out text;
-  # the answer is every variable of the queried chain, scored by recall (string_match_all).
+  # Variable tracking grid (data/variable_tracking.py; RULER vt): chains of VAR assignments in
+  # held-out text; the answer is every variable of the queried chain, scored by recall (string_match_all).
   c.eval.variable_tracking = ml_collections.ConfigDict()
   c.eval.variable_tracking.depths = (0.0, 0.25, 0.5, 0.75, 1.0)  # share of haystack before the chain.
   c.eval.variable_tracking.trials = 5  # prompts (random names, values, haystack start) per cell.

@@ -4,7 +4,7 @@ length x depth grid.
 
 configs/passkey_tiny.py's recipe with the multi-key format in place of the passkey: the model of
 configs/alibi_tiny.py (0.82M parameters, byte-level), three quarters of the training windows
-blocks of niah_multikey prompts (data.retrieval_mix: data/ruler.py), each followed by its
+blocks of niah_multikey prompts (data.retrieval_mix: data/retrieval_mix.py), each followed by its
 answer, so that the format is in distribution. Two needles per prompt (the target and one
 distractor of another key), 5-digit values (passkey_tiny's key length), no task preamble, and
 RULER's noise haystack ("The grass is green. The sky is blue. ..."), the filler the passkey

@@ -10,9 +10,9 @@ import math
 from typing import Any
 
 from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list, positive_int
-from data import corpora, position_samplers, tasks
-from data import ruler, ruler_words
-from data.passkey import check_retrieval
+from data import corpus_sources, position_samplers, tasks
+from data import retrieval_mix, ruler_words
+from data.retrieval_checks import check_retrieval
 from data.tokenizers import get_tokenizer
 from eval import suites as suites_registry
 from models import extensions, position_transforms, positions
@@ -73,9 +73,9 @@ def validate(config, num_devices: int) -> None:
   position_samplers.check_config(config.data.position_sampler, config.data.train_len, m.position)
   if config.data.get("task") is not None:  # data.task: the algorithmic task, if any
     tasks.check_config(config.data.task, config.data.train_len)
-  check_retrieval(config)  # data.passkey, eval.passkey, eval.needle (data/passkey.py, eval/needle.py)
+  check_retrieval(config)  # data.passkey, eval.passkey, eval.needle (data/retrieval_checks.py, eval/needle.py)
   ruler_words.check_config(config)  # eval.common_words, eval.frequent_words (data/ruler_words.py)
-  ruler.check_mix(config)  # data.retrieval_mix (data/ruler.py)
+  retrieval_mix.check_mix(config)  # data.retrieval_mix (data/retrieval_mix.py)
   t = config.train
   if not t.learning_rate > 0:
     raise ConfigError(f"train.learning_rate must be > 0; got {t.learning_rate}")
@@ -184,7 +184,7 @@ def check_data_source(config) -> None:
       source="array_record" (passkey training documents are made from the training text).
   """
   d = config.data
-  choice(d.source, "data.source", corpora.SOURCES)
+  choice(d.source, "data.source", corpus_sources.SOURCES)
   directory = d.get("array_record_dir", "")
   if not isinstance(directory, str):
     raise ConfigError(f"data.array_record_dir must be a path (a string); got {directory!r}")

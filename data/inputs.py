@@ -12,12 +12,13 @@ from typing import Any, Iterator
 import numpy as np
 
 from configs.errors import ConfigError
-from data import corpora, passkey, pipeline, position_layouts, position_samplers, ruler
+from data import (corpora, corpus_sources, passkey_training, pipeline, position_layouts,
+                  position_samplers, retrieval_mix)
 from data.tasks import dataset as task_dataset
 from data.tokenizers import get_tokenizer
 
 # Held-out passkey documents whose answer digits are scored at each evaluation of a passkey run
-# (data/passkey.py answer_windows): 32 x 5 digits, a few milliseconds of compute.
+# (data/passkey_training.py answer_windows): 32 x 5 digits, a few milliseconds of compute.
 PASSKEY_ANSWER_DOCUMENTS = 32
 
 
@@ -30,7 +31,7 @@ def load_splits(config) -> dict[str, list[corpora.Document]]:
   algorithmic task (data.task.name) has no corpus: {}.
 
   Raises:
-    ConfigError: the corpus cannot be read (data/corpora.py).
+    ConfigError: the corpus cannot be read (data/corpora.py, data/corpus_sources.py).
   """
   d = config.data
   if d.task.name:
@@ -38,7 +39,7 @@ def load_splits(config) -> dict[str, list[corpora.Document]]:
   if d.source == "array_record":
     return corpora.load_prepared_splits(d.array_record_dir, get_tokenizer(d.tokenizer),
                                         d.validation_fraction, d.test_fraction)
-  docs = corpora.load_documents(d.source, d.text_glob, d.cache_dir or None)
+  docs = corpus_sources.load_documents(d.source, d.text_glob, d.cache_dir or None)
   return corpora.split_documents(docs, d.validation_fraction, d.test_fraction)
 
 
@@ -77,7 +78,7 @@ class Inputs:
       held-out task examples of the training sizes) and, for a passkey run,
       "val_passkey_answer_nll" (the key digits of held-out passkey documents), for a
       retrieval-mix run "val_retrieval_answer_nll" (the answers of held-out prompts of
-      data.retrieval_mix.suite, data/ruler.py `answer_windows`).
+      data.retrieval_mix.suite, data/retrieval_mix.py `answer_windows`).
     loss_unit: what val_loss is per: "byte" or "token" (text), "answer token" (a task).
     description: one line on the data, for the run's start-up report.
   """
@@ -135,8 +136,9 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_coun
     description = f"task {d.task.name!r}, sizes {d.task.train_min_size}..{d.task.train_max_size}"
   else:
     train_docs = (docs["train"] if isinstance(docs["train"], corpora.PreparedSplit)  # lazy shards
-                  else ruler.training_documents(  # + passkey / retrieval-format prompts
-                      passkey.training_documents(docs["train"], d, tokenizer), config, tokenizer))
+                  else retrieval_mix.training_documents(  # + passkey / retrieval-format prompts
+                      passkey_training.training_documents(docs["train"], d, tokenizer), config,
+                      tokenizer))
     train = pipeline.train_dataset(  # + passkey documents if data.passkey.fraction > 0
         train_docs, tokenizer, train_len=d.train_len, batch_size=batch, seed=d.shuffle_seed,
         process_index=process_index, process_count=process_count, sampler=sampler,
@@ -152,11 +154,11 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_coun
                       "tokens; raise data.validation_fraction or shorten train_len")
   if not d.task.name and d.passkey.fraction > 0:  # is the lookup learned yet? (the key's digits)
     p = d.passkey
-    validation["val_passkey_answer_nll"] = passkey.answer_windows(
+    validation["val_passkey_answer_nll"] = passkey_training.answer_windows(
         tokenizer, train_len=d.train_len, preamble=p.preamble, key_digits=p.key_digits,
         count=PASSKEY_ANSWER_DOCUMENTS, seed=config.eval.passkey.seed)
   mix = d.get("retrieval_mix")
   if not d.task.name and mix is not None and mix.fraction > 0:  # the same, for the retrieval mix
-    validation["val_retrieval_answer_nll"] = ruler.answer_windows(
+    validation["val_retrieval_answer_nll"] = retrieval_mix.answer_windows(
         config, tokenizer, docs["validation"], count=PASSKEY_ANSWER_DOCUMENTS)
   return Inputs(iter(train), validation, unit, description)

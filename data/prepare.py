@@ -26,7 +26,7 @@ Steps, all before anything is written to `--out` but the tokenizer model:
 Every file is written under a temporary name and renamed into place, and the manifest comes last,
 so a directory with a manifest is complete. Train on it with
 `--config.data.source=array_record --config.data.array_record_dir=<out>` (and the
-`data.tokenizer` / `model.vocab_size` the command prints); see the README, "Data at pod scale".
+`data.tokenizer` / `model.vocab_size` the command prints); see docs/pod_scale_data.md.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def check_out_dir(out: str, overwrite: bool) -> None:
     raise ConfigError("--out is required: the directory to write the prepared corpus to")
   if "://" in out:
     raise ConfigError(f"--out={out!r}: write to a local directory, then copy it to the bucket "
-                      "(gcloud storage cp -r); see the README, 'Data at pod scale'")
+                      "(gcloud storage cp -r); see docs/pod_scale_data.md")
   if os.path.exists(out):
     if not os.path.isdir(out):
       raise ConfigError(f"--out={out} is a file, not a directory")

@@ -44,7 +44,8 @@ from typing import Sequence
 import numpy as np
 
 from configs.errors import ConfigError
-from data.passkey import RetrievalPrompt, _ids, cell_rng, check_fewshot, check_seed, check_trials
+from data.retrieval_prompt import (RetrievalPrompt, _ids, cell_rng, check_fewshot, check_seed,
+                                   check_trials)
 from data.tokenizers import ByteTokenizer
 
 CWE_PREAMBLE = ("Below is a numbered list of words. In these words, some appear more often than "

@@ -249,7 +249,7 @@ def checkpoint_table(workdirs: Sequence[str], length_multipliers: Sequence[float
     0.5, 1.0, 2.0, 4.0, 8.0), windows: int = 4, step: int | None = None):
   """Attention entropy and sink mass vs length of several checkpoints, as rows of a study's
   results table (sweeps/collect.py, suite "attention"), for side-by-side plots
-  (sweeps.figures.fig_attention_vs_length) without running the suite into the workdirs.
+  (sweeps.length_figures.fig_attention_vs_length) without running the suite into the workdirs.
 
   Args:
     workdirs: training run folders (config.json and a checkpoint each).

@@ -2,8 +2,9 @@
 
 Protocol (every suite: passkey, needle, niah_multikey, niah_multivalue, niah_multiquery,
 variable_tracking, common_words, frequent_words; prompts from data/passkey.py and, for RULER's
-multi-needle suites and variable tracking, data/ruler.py; for RULER's word extraction,
-data/ruler_words.py, whose prompts have no needle and so no depth axis: one column per length):
+multi-needle suites, data/ruler.py; for variable tracking, data/variable_tracking.py; for RULER's
+word extraction, data/ruler_words.py, whose prompts have no needle and so no depth axis: one
+column per length):
 
   grid      lengths: the run's evaluation lengths, round(m * data.train_len) tokens for m in
             eval.length_multipliers (BOS included; the prompt is exactly that long); depths:
@@ -54,8 +55,8 @@ from tqdm import tqdm
 
 from configs.errors import ConfigError, eval_lengths
 from data import passkey as prompts_lib
-from data import ruler, ruler_words
-from data.passkey import check_retrieval
+from data import retrieval_prompt, ruler, ruler_words, variable_tracking
+from data.retrieval_checks import check_retrieval
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
 
@@ -88,7 +89,7 @@ SOURCES = {
     "niah_multiquery": "Hsieh et al., RULER, arXiv 2404.06654 (niah_multiquery: the values of "
                        "num_queries keys asked at once; data/ruler.py)",
     "variable_tracking": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.2 (vt: every "
-                         "variable of a chain of assignments; data/ruler.py)",
+                         "variable of a chain of assignments; data/variable_tracking.py)",
     "common_words": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.3 (cwe: the most common "
                     "words of a numbered list; data/ruler_words.py)",
     "frequent_words": "Hsieh et al., RULER, arXiv 2404.06654, Section 3.3 (fwe: the most "
@@ -256,7 +257,7 @@ def skip_reasons(lengths: Sequence[int], *, min_length: int, max_new_tokens: int
 
 
 def grid_prompts(builder, lengths: Sequence[int], depths: Sequence[float], trials: int,
-                 seed: int) -> dict[int, list[list[prompts_lib.RetrievalPrompt]]]:
+                 seed: int) -> dict[int, list[list[retrieval_prompt.RetrievalPrompt]]]:
   """The prompts of every cell: {length: [depth index][trial] -> RetrievalPrompt}.
 
   Each prompt is `builder.cell(length, depth, trial, seed)`: a function of these values only.
@@ -429,9 +430,10 @@ def _prompt_format(suite: str, config, builder) -> dict:
     return ruler_words.prompt_format(suite, n, builder)
   if suite == "variable_tracking":
     return {"preamble": n.preamble, "num_chains": n.num_chains, "num_hops": n.num_hops,
-            "min_length": builder.min_length, "preamble_text": ruler.VT_PREAMBLE,
-            "statements": [ruler.VT_VALUE_STATEMENT, ruler.VT_ALIAS_STATEMENT],
-            "question": ruler.VT_QUESTION,
+            "min_length": builder.min_length, "preamble_text": variable_tracking.VT_PREAMBLE,
+            "statements": [variable_tracking.VT_VALUE_STATEMENT,
+                           variable_tracking.VT_ALIAS_STATEMENT],
+            "question": variable_tracking.VT_QUESTION,
             "layout": "[preamble\\n]haystack with each chain's statement lines in order (the "
                       "queried chain's first at depth b, the rest after it; distractor chains at "
                       "uniform depths)\\nquestion",

@@ -6,8 +6,9 @@ model is built, so the trained parameters restore into it unchanged (no method a
 the code that computes them:
 
   pi, ntk, dynamic_ntk, yarn, abf, llama3, longrope
-               `model.position.rope_scaling` (models/rope_scaling.py: the frequency maths and
-               papers; read by models/positions/rope.py).
+               `model.position.rope_scaling` (models/rope_frequencies.py: the frequency maths and
+               papers; models/rope_scaling.py: the fields and their checks; read by
+               models/positions/rope.py).
   alibi_interpolation
                `model.position.alibi_interpolation` (models/positions/alibi.py).
   self_extend, string, lm_infinite
@@ -310,7 +311,7 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
   The parameters of a model trained with `config` restore into the returned config's model
   unchanged (no extension adds or reshapes a parameter). `config` itself is not modified. The
   methods and their papers (arXiv 2306.15595, 2309.00071, 2309.16039, 2310.13017) are listed in
-  the docstring of models/rope_scaling.py.
+  the docstring of models/rope_frequencies.py.
 
     "none"                 an unchanged copy (the model as trained);
     "pi", "ntk", "yarn", "llama3", "longrope"

@@ -80,7 +80,7 @@ from runs.files import atomic_write, write_json
 from models import rope_scaling
 from runs.metrics import read_metrics
 from runs.workdir import read_results
-from sweeps.study import result_key
+from sweeps.result_keys import result_key
 
 SUMMARY_MULTIPLIERS = (1, 2, 4, 8, 16)
 STANDARD_FIELDS = {"model.position.kind": "scheme", "seed": "seed", "data.train_len": "train_len",

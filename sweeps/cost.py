@@ -50,7 +50,7 @@ class RunCost:
 
 
 def run_cost(run) -> RunCost:
-  """The training cost of a sweeps.study.Run (its config's steps, batch and length)."""
+  """The training cost of a sweeps.run_plan.Run (its config's steps, batch and length)."""
   c = run.config
   tokens = int(c.train.num_steps) * int(c.data.batch_size) * int(c.data.train_len)
   fpt = train_flops_per_token(c)

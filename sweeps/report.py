@@ -3,9 +3,10 @@
 Reads the study's results table (`results.parquet`, else `results.csv`; collecting the study
 folder again, in memory, with sweeps.collect if it has neither or if some run's results are
 newer), draws every figure of `sweeps.figures.study_figures` (the ones the notebooks show) as
-embedded PNG images, then the training curves of every run (`sweeps.figures.fig_training_curves`,
-from the runs' metrics.jsonl: in the study folder, the folder of the results file, or --runs; a
-table without its run folders gets a sentence saying so instead), and adds the summary table
+embedded PNG images, then the training curves of every run
+(`sweeps.training_figures.fig_training_curves`, from the runs' metrics.jsonl: in the study folder,
+the folder of the results file, or --runs; a table without its run folders gets a sentence saying
+so instead), and adds the summary table
 (sweeps.collect.summarize; mean ± std over seeds in one cell; click a column header to sort;
 blanks last) and the runs. A figure of one panel is shown at half the page's width (two to a
 row), a grid of panels at the page's width; a click enlarges a figure to the page's width and
@@ -31,9 +32,10 @@ from absl import app, flags
 from configs.errors import ConfigError, parse_flags
 from runs.files import atomic_write
 from sweeps import collect, search
-from sweeps.figures import (fig_fine_tuning_curves, fig_search, fig_training_curves, png_bytes, read_table,
-                            read_training_curves, runs_folder, study_figures, study_table_path,
-                            training_curves_note)
+from sweeps.extension_figures import fig_fine_tuning_curves
+from sweeps.figures import png_bytes, read_table, study_figures, study_table_path
+from sweeps.training_figures import fig_search, fig_training_curves, read_training_curves, \
+    runs_folder, training_curves_note
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "output .html path (default: <study>/report.html, or "
@@ -247,8 +249,8 @@ def build_report(frame: pd.DataFrame, title: str, curves: pd.DataFrame | None = 
   Args:
     frame: the results table.
     title: the page's title.
-    curves: the runs' training curves (sweeps.figures.read_training_curves), drawn after the
-      study figures as figure `training_curves` in the section "Training curves"; a note there
+    curves: the runs' training curves (sweeps.training_figures.read_training_curves), drawn after
+      the study figures as figure `training_curves` in the section "Training curves"; a note there
       names the runs without curves, or says plainly that the curves need the run folders when
       no run has any (or `curves` is None).
     runs_dir: the folder `curves` were read from, named in that note.
@@ -321,7 +323,7 @@ def write_report(path: str, out: str | None = None,
     path: a study folder or a results .parquet / .csv file.
     out: the .html path (default: <study>/report.html, or <table stem>_report.html).
     runs: the folder holding the run folders whose metrics.jsonl give the training curves
-      (default: `path`'s, sweeps.figures.runs_folder).
+      (default: `path`'s, sweeps.training_figures.runs_folder).
 
   Raises:
     ConfigError: see `load_study_table`; `out` is a folder or does not end in .html; `runs` is

@@ -37,7 +37,10 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from runs.metrics import METRICS_FILE
 from sweeps import workdirs
-from sweeps.study import BASE, CHILD_KEYS, PARENT, Run, Study, StudyError, product
+from sweeps.child_runs import CHILD_KEYS, PARENT
+from sweeps.overrides import StudyError
+from sweeps.run_plan import BASE, Run
+from sweeps.study import Study, product
 
 SEARCH_FOLDER = "search"  # <root>/<study>/search/<run>
 SELECTION = "selection.json"  # <root>/<study>/selection.json

@@ -12,7 +12,8 @@ import os
 
 from runs.checkpoint import committed_steps
 from runs.workdir import read_results
-from sweeps.study import EvalCommand, ResultKey, Run, result_key
+from sweeps.result_keys import ResultKey, result_key
+from sweeps.run_plan import EvalCommand, Run
 
 
 def is_remote(path: str) -> bool:

@@ -124,10 +124,10 @@ def train_rope_parent(text_glob: str, workdir: str, *, num_steps: int,
 def write_config_file(path: str, config) -> str:
   """Writes a `--config` file whose get_config() returns `config`: configs/base.py with the
   fields where `config` differs assigned (for train.py and the launcher run as processes)."""
-  from sweeps import study as study_lib
+  from sweeps import overrides
   default = base.get_config()
-  fields = {p: study_lib.get_field(config, p) for p in study_lib.leaf_paths(config)
-            if study_lib.get_field(config, p) != study_lib.get_field(default, p)}
+  fields = {p: overrides.get_field(config, p) for p in overrides.leaf_paths(config)
+            if overrides.get_field(config, p) != overrides.get_field(default, p)}
   with open(path, "w") as f:
     f.write("from configs import base\n\n\ndef get_config():\n  c = base.get_config()\n"
             + "".join(f"  c.{p} = {v!r}\n" for p, v in fields.items()) + "  return c\n")

@@ -12,7 +12,7 @@ import train
 from conftest import no_compilation, tiny_config, write_config_file
 from configs.stored import load_run_config
 from configs.validate import ConfigError
-from data import corpora
+from data import corpus_sources
 from eval import run as eval_run
 from sweeps import study as study_lib
 
@@ -84,19 +84,19 @@ def corrupt_download(ctx):
   def download(spec, dest):
     with open(os.path.join(dest, spec.filename), "wb") as f:
       f.write(b"truncated archive")
-  return lambda: corpora.fetch_archive_texts(corpora.SHAKESPEARE, str(ctx["tmp"] / "cache"),
-                                             download=download)
+  return lambda: corpus_sources.fetch_archive_texts(corpus_sources.SHAKESPEARE,
+                                                    str(ctx["tmp"] / "cache"), download=download)
 
 
 def unreadable_archive(ctx):
   """A cached archive whose checksum matches (the spec's checksum is set to it) but which is not
   a tar.gz: the extraction step must refuse it."""
-  spec = corpora.SHAKESPEARE
+  spec = corpus_sources.SHAKESPEARE
   base = ctx["tmp"] / "cache" / spec.filename.removesuffix(".tar.gz")
   base.mkdir(parents=True)
   (base / spec.filename).write_bytes(b"not gzip")
-  fake = dataclasses.replace(spec, sha256=corpora._sha256(str(base / spec.filename)))
-  return lambda: corpora.fetch_archive_texts(fake, str(ctx["tmp"] / "cache"), download=None)
+  fake = dataclasses.replace(spec, sha256=corpus_sources._sha256(str(base / spec.filename)))
+  return lambda: corpus_sources.fetch_archive_texts(fake, str(ctx["tmp"] / "cache"), download=None)
 
 
 def eval_with(length_multipliers=None, **fields):

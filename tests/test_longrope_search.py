@@ -23,6 +23,7 @@ from eval import run as eval_run
 from models import positions
 from configs.stored import load_run_config
 from runs.workdir import write_run_config
+from sweeps import longrope_evolution as lre
 from sweeps import longrope_search as lrs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,14 +67,14 @@ def _placeholder(target: np.ndarray):
 
 def _evolve(seed=0, stop=None, state=None, generations=8):
   s, half = 4.0, 8
-  settings = lrs.Settings(target_len=1024, population=8, generations=generations, parents=3,
+  settings = lre.Settings(target_len=1024, population=8, generations=generations, parents=3,
                           keep_first_candidates=(0, 1, 2, 4, 8), seed=seed)
-  space = lrs.Space.make(half, s, settings.keep_first_candidates)
+  space = lre.Space.make(half, s, settings.keep_first_candidates)
   seeds = {"none": np.ones(half), "pi": np.full(half, s),
            "ntk": s ** (2 * np.arange(half) / (2 * half - 2))}
   score, calls = _placeholder(np.linspace(1.5, 4.5, half))
-  state = state or lrs.new_state(settings, {"workdir": "w", "step": 1, "config_hash": "h"}, {})
-  lrs.run_generations(state, score, settings, seeds, space, stop_after_generation=stop,
+  state = state or lre.new_state(settings, {"workdir": "w", "step": 1, "config_hash": "h"}, {})
+  lre.run_generations(state, score, settings, seeds, space, stop_after_generation=stop,
                       progress=False)
   return state, calls, space
 
@@ -91,11 +92,11 @@ def test_evolution_keeps_constraints_and_improves():
   best = [g["ppl"] for g in state["best_per_generation"]]
   assert [g["generation"] for g in state["best_per_generation"]] == list(range(9))
   assert all(b <= a for a, b in zip(best, best[1:])) and best[-1] < best[0]
-  ranked = lrs._rank(cands)
+  ranked = lre._rank(cands)
   assert ranked[0]["id"] in state["population"]  # the best overall survives
   mutated = [c for c in cands if c["origin"].startswith("mutation")]
-  assert mutated and all(np.allclose(np.asarray(c["factors"]) / lrs.GRID,
-                                     np.round(np.asarray(c["factors"]) / lrs.GRID))
+  assert mutated and all(np.allclose(np.asarray(c["factors"]) / lre.GRID,
+                                     np.round(np.asarray(c["factors"]) / lre.GRID))
                          or c["generation"] == 0 for c in mutated[-5:])
   assert any(c["origin"].startswith("crossover") for c in cands)
 
@@ -117,15 +118,15 @@ def test_evolution_deterministic_and_resumable():
 
 
 def test_mutation_respects_neighbours():
-  space = lrs.Space.make(6, 2.0, (0, 3))
+  space = lre.Space.make(6, 2.0, (0, 3))
   rng = np.random.default_rng(0)
   parent = np.array([1.0, 1.2, 1.2, 1.8, 2.0, 2.4])
   for _ in range(200):
-    child, n = lrs.mutate(rng, parent, 0, space, 1.0)
+    child, n = lre.mutate(rng, parent, 0, space, 1.0)
     assert space.valid(child) and n in (0, 3)
   a, b = (np.array([1.0, 1.0, 2.5, 2.5]), 0), (np.array([1.0, 2.0, 2.0, 2.0]), 3)
-  small = lrs.Space.make(4, 2.0, (0, 3))
-  children = [lrs.crossover(rng, a, b, small) for _ in range(100)]
+  small = lre.Space.make(4, 2.0, (0, 3))
+  children = [lre.crossover(rng, a, b, small) for _ in range(100)]
   assert None in children  # e.g. (1, 1, 2.5, 2) breaks the order: rejected
   assert all(small.valid(c[0]) and c[1] in (0, 3) for c in children if c is not None)
   assert not space.valid(np.array([1.0, 1.3, 1.2, 1.8, 2.0, 2.4]))
@@ -134,8 +135,8 @@ def test_mutation_respects_neighbours():
 
 def test_seed_factors(text_corpus):
   c = tiny_config(text_corpus, "rope")
-  seeds = lrs.seed_factors(c, 4.0)
-  assert list(seeds) == list(lrs.SEEDS)
+  seeds = lre.seed_factors(c, 4.0)
+  assert list(seeds) == list(lre.SEEDS)
   np.testing.assert_array_equal(seeds["pi"], 4.0)
   np.testing.assert_array_equal(seeds["none"], 1.0)
   assert seeds["ntk"][0] == 1.0 and seeds["ntk"][-1] == pytest.approx(4.0)

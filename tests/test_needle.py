@@ -12,7 +12,7 @@ import pytest
 import train
 from conftest import tiny_config
 from configs.validate import ConfigError
-from data import passkey, pipeline
+from data import passkey, passkey_training, pipeline
 from data.corpora import read_text_files
 from data.tokenizers import ByteTokenizer
 from eval import needle
@@ -167,13 +167,13 @@ def test_training_documents_fill_whole_windows(text_corpus):
   c.data.passkey.preamble = False
   c.data.passkey.fraction = 0.5
   train_docs = data_inputs.load_splits(c)["train"]
-  docs = passkey.training_documents(train_docs, c.data, TOK)
+  docs = passkey_training.training_documents(train_docs, c.data, TOK)
   assert docs[:len(train_docs)] == train_docs
   extra = docs[len(train_docs):]
-  again = passkey.training_documents(train_docs, c.data, TOK)
+  again = passkey_training.training_documents(train_docs, c.data, TOK)
   assert [d.data for d in again[len(train_docs):]] == [d.data for d in extra]
   c.data.passkey.fraction = 0.0
-  assert passkey.training_documents(train_docs, c.data, TOK) == train_docs
+  assert passkey_training.training_documents(train_docs, c.data, TOK) == train_docs
 
   tokens, starts = pipeline.pack_stream(docs, TOK)
   windows = pipeline.PackedWindows(tokens, starts, c.data.train_len)
@@ -201,7 +201,7 @@ def test_training_documents_fill_whole_windows(text_corpus):
 
 
 def test_answer_windows_weigh_exactly_the_key_digits_of_the_answer():
-  w = passkey.answer_windows(TOK, train_len=256, preamble=False, key_digits=5, count=6, seed=3)
+  w = passkey_training.answer_windows(TOK, train_len=256, preamble=False, key_digits=5, count=6, seed=3)
   assert all(v.shape == (6, 256) for v in w.values())
   assert w["weights"].sum() == 6 * 5
   for row in range(6):
@@ -214,10 +214,10 @@ def test_answer_windows_weigh_exactly_the_key_digits_of_the_answer():
                        rb"\nWhat is the pass key\? The pass key is \1\.", text).group(1)
     scored = w["targets"][row][w["weights"][row] > 0]
     assert TOK.decode_bytes(scored) == key  # the answer's digits, and only those
-  again = passkey.answer_windows(TOK, train_len=256, preamble=False, key_digits=5, count=6, seed=3)
+  again = passkey_training.answer_windows(TOK, train_len=256, preamble=False, key_digits=5, count=6, seed=3)
   assert all((again[k] == w[k]).all() for k in w)
   with pytest.raises(ValueError, match="train_len is 64"):
-    passkey.answer_windows(TOK, train_len=64, preamble=False, key_digits=5, count=1, seed=0)
+    passkey_training.answer_windows(TOK, train_len=64, preamble=False, key_digits=5, count=1, seed=0)
 
 
 # ---------------------------------------------------------------------------- the grid

@@ -20,7 +20,8 @@ from nbclient import NotebookClient
 import train
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from sweeps import collect, figures, report
+from sweeps import collect, figure_style, figures, heatmap_figures, length_figures, report, \
+    training_figures
 from tests.conftest import tiny_config
 from tests.fake_study import GROWTH, write_fake_study
 
@@ -56,14 +57,14 @@ def images(nb) -> int:
 
 def test_figures_follow_the_table(study):
   frame = figures.read_table(study)
-  figure = figures.fig_ppl_vs_length(frame)
+  figure = length_figures.fig_ppl_vs_length(frame)
   lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
   for scheme, growth in GROWTH.items():  # mean over seeds 0 and 1: 4.05 x growth per doubling
     assert list(lines[scheme].get_ydata()) == pytest.approx(
         [4.05, 4.05, 4.05 * growth, 4.05 * growth ** 2, 4.05 * growth ** 3])
   assert "rope + yarn x4" not in lines
   assert "rope + yarn x4" in {
-      l.get_label() for l in figures.fig_extensions(frame).axes[0].get_lines()}
+      l.get_label() for l in length_figures.fig_extensions(frame).axes[0].get_lines()}
   summary = figures.summary_table(frame)
   # ppl(8x) / ppl(1x): alibi 1, rope + YaRN 1, none 1.5^3, rope 2^3
   assert list(zip(summary["scheme"], summary["extension"])) == [
@@ -71,10 +72,10 @@ def test_figures_follow_the_table(study):
   assert list(summary["ratio_8x_1x_mean"]) == pytest.approx([1.0, 1.0, 3.375, 8.0])
   with pytest.raises(ValueError, match="not a summary column"):
     figures.summary_table(frame, "no_such_column")
-  grid = figures.fig_retrieval_grid(frame)
+  grid = heatmap_figures.fig_retrieval_grid(frame)
   assert [a.get_title() for a in grid.axes[:4]] == ["alibi", "none", "rope", "rope + yarn x4"]
-  assert figures.fig_algorithmic(frame).axes[0].get_title().startswith("copy")
-  assert figures.fig_retrieval_grid(frame, "needle") is None  # no needle results
+  assert length_figures.fig_algorithmic(frame).axes[0].get_title().startswith("copy")
+  assert heatmap_figures.fig_retrieval_grid(frame, "needle") is None  # no needle results
 
 
 def test_report_embeds_every_figure(study, tmp_path):
@@ -121,24 +122,24 @@ def test_a_table_with_only_some_suites_gives_their_figures(study):
       "ppl_vs_length_non_overlapping", "extensions_non_overlapping",
       "loss_by_position_non_overlapping", "passkey_heatmaps", "passkey_vs_length",
       "attention_vs_length"]
-  assert figures.fig_algorithmic(text) is None
+  assert length_figures.fig_algorithmic(text) is None
   assert len(figures.summary_table(text)) == 4
   tasks = frame[frame["suite"] == "algorithmic"].dropna(axis=1, how="all")
   assert "ppl" not in tasks.columns and "accuracy" not in tasks.columns
   assert [i for i, _, _ in figures.study_figures(tasks)] == ["algorithmic"]
-  assert figures.fig_attention_vs_length(tasks) is None
+  assert length_figures.fig_attention_vs_length(tasks) is None
 
 
 def test_bad_arguments_and_tables_are_one_clear_line(study, tmp_path):
   frame = figures.read_table(study)
   for call, message in [
-      (lambda: figures.fig_ppl_vs_length(frame, "slidng"),
+      (lambda: length_figures.fig_ppl_vs_length(frame, "slidng"),
        "protocol='slidng' is not one of 'non_overlapping', 'sliding'"),
       (lambda: figures.summary_table(frame, protocol="slidng"), "protocol='slidng'"),
-      (lambda: figures.fig_loss_by_position(frame, 300),
+      (lambda: length_figures.fig_loss_by_position(frame, 300),
        "length=300 is not one of 16, 32, 64, 128, 256"),
-      (lambda: figures.fig_retrieval_grid(frame, "passkeys"), "suite='passkeys'"),
-      (lambda: figures.fig_algorithmic(frame, "accuracy"), "metric='accuracy'")]:
+      (lambda: heatmap_figures.fig_retrieval_grid(frame, "passkeys"), "suite='passkeys'"),
+      (lambda: length_figures.fig_algorithmic(frame, "accuracy"), "metric='accuracy'")]:
     with pytest.raises(ValueError, match=re.escape(message)):
       call()
   summary_csv = os.path.join(study, "summary.csv")
@@ -161,8 +162,9 @@ def test_one_colour_per_scheme_and_readable_log_ticks(study):
   frame = figures.read_table(study)
   by_position = frame[~((frame["suite"] == "loss_by_position") & (frame["scheme"] == "alibi"))]
   colours = {}
-  for fig in (figures.fig_ppl_vs_length(frame), figures.fig_loss_by_position(by_position),
-              figures.fig_accuracy_vs_length(frame)):
+  for fig in (length_figures.fig_ppl_vs_length(frame),
+              length_figures.fig_loss_by_position(by_position),
+              length_figures.fig_accuracy_vs_length(frame)):
     for line in fig.axes[0].get_lines():
       if not line.get_label().startswith(("train_len", "_")):
         colours.setdefault(line.get_label(), set()).add(line.get_color())
@@ -170,7 +172,7 @@ def test_one_colour_per_scheme_and_readable_log_ticks(study):
       "alibi": 1, "none": 1, "rope": 1, "rope + yarn x4": 1}
   assert len({next(iter(v)) for v in colours.values()}) == 4
   narrow = frame[frame["scheme"] == "alibi"]  # ppl 4.0..4.1 at every length
-  ax = figures.fig_ppl_vs_length(narrow).axes[0]
+  ax = length_figures.fig_ppl_vs_length(narrow).axes[0]
   ax.figure.canvas.draw()
   low, high = ax.get_ylim()
   assert len([t for t in ax.get_yticks() if low <= t <= high]) >= 1
@@ -203,24 +205,24 @@ def test_warm_started_children_are_labelled_by_method_not_by_their_recipe_fields
       "cfg.train.learning_rate": [3e-3, 3e-3, 2e-4, 2e-4, 3e-3],
       "cfg.data.train_len": [256, 256, 1024, 1024, 256],
       "extension": ["none", "none", "none", "none", "none"]})
-  assert list(figures.curve_labels(frame)) == [
+  assert list(figure_style.curve_labels(frame)) == [
       "rope fraction=0.0", "rope fraction=0.25", "rope [pi] fraction=0.0",
       "rope [yarn] fraction=0.0", "alibi fraction=0.0"]
-  pi = figures._style("rope [pi] fraction=0.0", [])
-  assert pi["color"] == figures.METHOD_COLOURS["pi"] and pi["linestyle"] == "-"
-  assert figures._style("alibi fraction=0.0", []) != pi
+  pi = figure_style._style("rope [pi] fraction=0.0", [])
+  assert pi["color"] == figure_style.METHOD_COLOURS["pi"] and pi["linestyle"] == "-"
+  assert figure_style._style("alibi fraction=0.0", []) != pi
 
 
 def test_every_registered_scheme_has_its_own_style():
   """No two registered schemes share a (colour, line style) pair or a marker, and no scheme is
   drawn in the grey/black of the train_len markers."""
   from models import positions
-  styles = {kind: figures.scheme_style(kind) for kind in positions.REGISTRY}
-  assert set(styles) <= set(figures.SCHEME_ORDER)  # a new scheme gets a fixed style
+  styles = {kind: figure_style.scheme_style(kind) for kind in positions.REGISTRY}
+  assert set(styles) <= set(figure_style.SCHEME_ORDER)  # a new scheme gets a fixed style
   assert len({(s["color"], s["linestyle"]) for s in styles.values()}) == len(styles)
   assert len({s["marker"] for s in styles.values()}) == len(styles)
   assert not {s["color"].lower() for s in styles.values()} & {"gray", "grey", "black", "#000000"}
-  assert figures.scheme_style("my_new_scheme") == figures.scheme_style("my_new_scheme")
+  assert figure_style.scheme_style("my_new_scheme") == figure_style.scheme_style("my_new_scheme")
 
 
 def test_collect_writes_its_tables_where_out_says(study, tmp_path):
@@ -331,10 +333,10 @@ def test_study_training_curves_have_one_line_per_run_in_its_schemes_colour(study
   copy = shutil.copytree(study, str(tmp_path / "study"))
   write_training_metrics(copy)
   frame = figures.read_table(os.path.join(copy, "results.parquet"))
-  curves = figures.read_training_curves(copy, frame)
+  curves = training_figures.read_training_curves(copy, frame)
   runs = [f"kind={scheme},seed={seed}" for scheme in SCHEMES for seed in (0, 1)]
   assert list(dict.fromkeys(curves["run"])) == runs  # the copy-task runs have no metrics.jsonl
-  fig = figures.fig_training_curves(curves)
+  fig = training_figures.fig_training_curves(curves)
   panels = fig.axes[:5]
   assert [a.get_ylabel().split(" (")[0] for a in panels] == [
       "training loss", "validation loss", "learning rate", "gradient norm", "throughput"]
@@ -342,7 +344,7 @@ def test_study_training_curves_have_one_line_per_run_in_its_schemes_colour(study
     lines = [l for l in ax.get_lines() if l.get_gid()]
     assert [l.get_gid() for l in lines] == runs
     assert [l.get_color() for l in lines] == [
-        figures.scheme_style(run.split(",")[0][len("kind="):])["color"] for run in runs]
+        figure_style.scheme_style(run.split(",")[0][len("kind="):])["color"] for run in runs]
   assert len({l.get_color() for l in panels[0].get_lines()}) == 3  # seeds share their colour
   lines = {l.get_gid(): l for l in panels[0].get_lines()}
   assert list(lines["kind=rope,seed=1"].get_xdata()) == list(range(0, 101, 10))
@@ -356,15 +358,16 @@ def test_study_training_curves_have_one_line_per_run_in_its_schemes_colour(study
   assert [t.get_text() for t in legend.get_texts()] == list(SCHEMES)
   assert {t.get_fontsize() for t in legend.get_texts()} == {9.0}
   # mean over seeds: one line per scheme, the seeds' mean, band = min..max
-  mean = figures.fig_training_curves(curves, mean=True)
+  mean = training_figures.fig_training_curves(curves, mean=True)
   lines = {l.get_gid(): l for l in mean.axes[0].get_lines()}
   assert list(lines) == list(SCHEMES)
   assert list(lines["none"].get_ydata())[:2] == pytest.approx([4.05, 3.95])
   # metrics.jsonl without some keys: the panel says so; no loss at all: no figure
-  sparse = figures.read_training_curves(study, frame)  # the fake study logs loss and val_loss
-  text = [t.get_text() for t in figures.fig_training_curves(sparse).axes[2].texts]
+  # the fake study logs loss and val_loss
+  sparse = training_figures.read_training_curves(study, frame)
+  text = [t.get_text() for t in training_figures.fig_training_curves(sparse).axes[2].texts]
   assert text == ["no learning_rate in metrics.jsonl"]
-  assert figures.fig_training_curves(curves.iloc[:0]) is None
+  assert training_figures.fig_training_curves(curves.iloc[:0]) is None
 
 
 def test_report_has_the_training_curves_or_says_they_need_the_run_folders(study, tmp_path):
@@ -401,12 +404,12 @@ def test_figures_read_at_half_the_page_width(study):
   title, single panels at half the page's width and grids of panels at its width (a click
   enlarges), mean and std in one cell."""
   frame = figures.read_table(study)
-  for fig in (figures.fig_ppl_vs_length(frame), figures.fig_accuracy_vs_length(frame),
-              figures.fig_attention_vs_length(frame), figures.fig_algorithmic(frame)):
+  for fig in (length_figures.fig_ppl_vs_length(frame), length_figures.fig_accuracy_vs_length(frame),
+              length_figures.fig_attention_vs_length(frame), length_figures.fig_algorithmic(frame)):
     (legend,) = [ax.get_legend() for ax in fig.axes if ax.get_legend()]
     assert {t.get_fontsize() for t in legend.get_texts()} == {9.0}
     assert legend.get_bbox_to_anchor().x0 > legend.axes.get_window_extent().x1  # outside
-  assert max(_gaps(figures.fig_retrieval_grid(frame))) < 0.15  # inches; it was 0.38 here
+  assert max(_gaps(heatmap_figures.fig_retrieval_grid(frame))) < 0.15  # inches; it was 0.38 here
   page, _ = report.build_report(frame, "t")
   assert page.count("<figure id") == 7
   assert re.findall(r"<figure id='fig-(\w+)' class='wide'>", page) == [
@@ -433,7 +436,7 @@ def _gaps(fig) -> tuple[float, float]:
 
 def test_grid_task_heatmaps_come_from_the_committed_addition_grid_table():
   frame = figures.read_table(os.path.join(REPO, "results", "addition_grid_cpu", "results.csv"))
-  fig = figures.fig_algorithmic_grid(frame)
+  fig = heatmap_figures.fig_algorithmic_grid(frame)
   panels = [a for a in fig.axes if a.get_title()]
   assert [a.get_title() for a in panels] == [f"addition_grid: {s}" for s in
                                               ("abacus", "alibi", "none", "rope")]
@@ -446,11 +449,12 @@ def test_grid_task_heatmaps_come_from_the_committed_addition_grid_table():
                      equal_nan=True)
   square = [p for p in panels[3].patches]  # the training square, sizes 1..5
   assert len(square) == 1 and square[0].get_width() == 5
-  assert figures.fig_algorithmic_grid(frame[frame["suite"] != "algorithmic"]) is None
+  assert heatmap_figures.fig_algorithmic_grid(frame[frame["suite"] != "algorithmic"]) is None
 
 
 def test_extrapolation_ratio_against_model_size_and_train_len():
-  from sweeps.study import model_sizes, param_counts, train_lengths, StudyError
+  from sweeps.overrides import StudyError
+  from sweeps.study import model_sizes, param_counts, train_lengths
   from configs import alibi_tiny
   sizes = model_sizes([(64, 2), (128, 4)])
   assert sizes[1] == {"model.d_model": 128, "model.num_layers": 4, "model.num_heads": 4,
@@ -470,11 +474,11 @@ def test_extrapolation_ratio_against_model_size_and_train_len():
                    "train_len": 256, "suite": "ppl_vs_length", "protocol": "non_overlapping",
                    "extension": "none", "multiplier": m, "length": int(256 * m), "ppl": ppl})
   frame = pd.DataFrame(rows)
-  fig = figures.fig_extrapolation_ratio(frame, "num_params")
+  fig = length_figures.fig_extrapolation_ratio(frame, "num_params")
   lines = {l.get_label(): l for l in fig.axes[0].get_lines() if not l.get_label().startswith("_")}
   assert list(lines["alibi"].get_ydata()) == [1.0, 1.0]
   assert list(lines["rope"].get_xdata()) == [1e5, 1e6]
   assert list(lines["rope"].get_ydata()) == pytest.approx([2.0, 4.0])  # mean over seeds
-  assert figures.fig_extrapolation_ratio(frame, "train_len") is None  # one train_len only
+  assert length_figures.fig_extrapolation_ratio(frame, "train_len") is None  # one train_len only
   with pytest.raises(ValueError, match="axis"):
-    figures.fig_extrapolation_ratio(frame, "d_model")
+    length_figures.fig_extrapolation_ratio(frame, "d_model")

@@ -12,7 +12,7 @@ from flax import nnx
 
 from configs.validate import ConfigError, validate
 from conftest import tiny_config
-from models import extensions, positions, rope_scaling
+from models import extensions, positions, rope_frequencies, rope_scaling
 from models.decoder import Decoder
 from models.positions.alibi import alibi_interpolation_scale, alibi_slopes
 from models.positions.rope import apply_rope, rope_inv_freq
@@ -45,14 +45,14 @@ def same(a, b):
 # ------------------------------------------------------------------ frequencies by hand
 
 def test_base_frequencies_are_ropes_bit_for_bit():
-  np.testing.assert_array_equal(rope_scaling._base_inv_freq(D, THETA).astype(np.float32),
+  np.testing.assert_array_equal(rope_frequencies._base_inv_freq(D, THETA).astype(np.float32),
                                 rope_inv_freq(D, THETA))
   np.testing.assert_allclose(rope_inv_freq(D, THETA), PLAIN, rtol=1e-7)
 
 
 def test_pi_scales_positions_and_equals_rope_at_m_over_s():
   """Chen et al. Eq. (4): f'(x, m) = f(x, m L / L') = f(x, m / s)."""
-  assert rope_scaling.pi_position_scale(S) == 0.25
+  assert rope_frequencies.pi_position_scale(S) == 0.25
   scheme = positions.build(rope_cfg(rope_scaling="pi", rope_scaling_factor=S), DIMS)
   plain = positions.build(rope_cfg(), DIMS)
   q, k, pos = qk(positions_high=64)
@@ -69,8 +69,8 @@ def test_pi_scales_positions_and_equals_rope_at_m_over_s():
 def test_ntk_aware_base_change_by_hand():
   """Peng et al. Eq. (16): b' = b s^(d/(d-2)) = 10000 * 4^(4/3)."""
   b2 = THETA * 4.0 ** (8 / 6)
-  assert rope_scaling.ntk_theta(D, THETA, S) == pytest.approx(b2, rel=1e-12)
-  inv = rope_scaling.ntk_inv_freq(D, THETA, S)
+  assert rope_frequencies.ntk_theta(D, THETA, S) == pytest.approx(b2, rel=1e-12)
+  inv = rope_frequencies.ntk_inv_freq(D, THETA, S)
   assert inv.dtype == np.float32 and inv.shape == (4,)
   np.testing.assert_allclose(inv, [1.0, b2 ** -0.25, b2 ** -0.5, b2 ** -0.75], rtol=1e-6)
   # Highest frequency unchanged, lowest divided by exactly s.
@@ -83,7 +83,7 @@ def test_ntk_aware_base_change_by_hand():
 
 def test_abf_is_rope_with_the_new_base():
   """Xiong et al. Sec. 3.1: base 10,000 -> 500,000."""
-  np.testing.assert_allclose(rope_scaling.abf_inv_freq(D, 5e5),
+  np.testing.assert_allclose(rope_frequencies.abf_inv_freq(D, 5e5),
                              [1.0, 5e5 ** -0.25, 5e5 ** -0.5, 5e5 ** -0.75], rtol=1e-7)
   scheme = positions.build(rope_cfg(rope_scaling="abf"), DIMS)  # abf_theta default 500000
   plain = positions.build(rope_cfg(rope_theta=5e5), DIMS)
@@ -96,15 +96,15 @@ def test_abf_is_rope_with_the_new_base():
 
 def test_dynamic_ntk_factor_and_frequencies_by_hand():
   """Peng et al. Sec. 3.3: s' = max(1, l/L); at l = 4L it is NTK-aware with s = 4."""
-  np.testing.assert_allclose(rope_scaling.dynamic_ntk_factor(jnp.array([1, 8, 16, 17, 64]), L),
+  np.testing.assert_allclose(rope_frequencies.dynamic_ntk_factor(jnp.array([1, 8, 16, 17, 64]), L),
                              [1, 1, 1, 17 / 16, 4])
   plain = jnp.asarray(rope_inv_freq(D, THETA))
-  inv = np.asarray(rope_scaling.dynamic_ntk_inv_freq(plain, jnp.array([16, 17, 64]), L))
+  inv = np.asarray(rope_frequencies.dynamic_ntk_inv_freq(plain, jnp.array([16, 17, 64]), L))
   assert inv.shape == (3, 4) and inv.dtype == np.float32
   assert same(inv[0], plain)  # l <= L: the given frequencies, selected not recomputed
   s17 = 17 / 16
   np.testing.assert_allclose(inv[1], [PLAIN[i] * s17 ** (-2 * i / 6) for i in range(4)], rtol=1e-6)
-  np.testing.assert_allclose(inv[2], rope_scaling.ntk_inv_freq(D, THETA, 4.0), rtol=1e-6)
+  np.testing.assert_allclose(inv[2], rope_frequencies.ntk_inv_freq(D, THETA, 4.0), rtol=1e-6)
 
 
 def test_dynamic_ntk_is_plain_rope_bit_for_bit_up_to_train_len():
@@ -142,16 +142,16 @@ def test_yarn_frequencies_by_hand():
   r = [L / (2 * math.pi / PLAIN[i]) for i in range(4)]
   gamma = [min(1.0, max(0.0, (x - 1) / 31)) for x in r]
   assert gamma[0] == pytest.approx((2.5464790894703255 - 1) / 31) and gamma[1:] == [0, 0, 0]
-  np.testing.assert_allclose(rope_scaling.yarn_ramp(D, THETA, L), gamma, rtol=1e-12)
+  np.testing.assert_allclose(rope_frequencies.yarn_ramp(D, THETA, L), gamma, rtol=1e-12)
   want = [(1 - g) * t / S + g * t for g, t in zip(gamma, PLAIN)]
-  got = rope_scaling.yarn_inv_freq(D, THETA, L, S)
+  got = rope_frequencies.yarn_inv_freq(D, THETA, L, S)
   assert got.dtype == np.float32
   np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_yarn_ramp_endpoints():
   """L = 1024: r = [163, 16.3, 1.63, 0.163] -> pair 0 kept, pair 3 divided by s, 1 and 2 blended."""
-  inv = rope_scaling.yarn_inv_freq(D, THETA, 1024, S)
+  inv = rope_frequencies.yarn_inv_freq(D, THETA, 1024, S)
   plain = rope_inv_freq(D, THETA)
   assert inv[0] == plain[0]  # r > beta: unchanged
   np.testing.assert_allclose(inv[3], plain[3] / S, rtol=1e-6)  # r < alpha: exactly PI
@@ -161,18 +161,18 @@ def test_yarn_ramp_endpoints():
     assert 0 < g < 1
     np.testing.assert_allclose(inv[i], (1 - g) * PLAIN[i] / S + g * PLAIN[i], rtol=1e-6)
   # Other alpha/beta move the ramp: with beta = 10 pair 1 (r = 16.3) is kept as well.
-  assert rope_scaling.yarn_inv_freq(D, THETA, 1024, S, alpha=1, beta=10)[1] == plain[1]
+  assert rope_frequencies.yarn_inv_freq(D, THETA, 1024, S, alpha=1, beta=10)[1] == plain[1]
 
 
 def test_yarn_temperature_and_rotation():
   """Eq. (22): sqrt(1/t) = 0.1 ln(s) + 1 multiplies both q and k, so logits scale by its square."""
-  m = rope_scaling.yarn_attention_factor(S)
+  m = rope_frequencies.yarn_attention_factor(S)
   assert m == pytest.approx(0.1 * math.log(4) + 1) and m == pytest.approx(1.1386294361119891)
-  assert rope_scaling.yarn_attention_factor(1.0) == 1.0
+  assert rope_frequencies.yarn_attention_factor(1.0) == 1.0
   scheme = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=S), DIMS)
   q, k, pos = qk(4)
   got_q, got_k = scheme.rotate(q, k, pos, pos, 0)
-  inv = jnp.asarray(rope_scaling.yarn_inv_freq(D, THETA, L, S))
+  inv = jnp.asarray(rope_frequencies.yarn_inv_freq(D, THETA, L, S))
   np.testing.assert_allclose(got_q, apply_rope(q, pos, inv) * m, rtol=1e-6)
   np.testing.assert_allclose(got_k, apply_rope(k, pos, inv) * m, rtol=1e-6)
   logits = jnp.einsum("bqhd,bkhd->bhqk", got_q, got_k)
@@ -504,18 +504,18 @@ def hf_longrope(dim, base, factors, factor, original_len):
 
 def test_dynamic_ntk_hf_form_by_hand_and_against_hf():
   """s' = a l/L - (a - 1) for l > L: a = 2, L = 16 -> l = 16, 17, 32, 64: 1, 1.125, 3, 7."""
-  np.testing.assert_allclose(rope_scaling.dynamic_ntk_factor(jnp.array([8, 16, 17, 32, 64]), L, 2.0),
+  np.testing.assert_allclose(rope_frequencies.dynamic_ntk_factor(jnp.array([8, 16, 17, 32, 64]), L, 2.0),
                              [1, 1, 1.125, 3, 7], rtol=1e-7)
   plain = jnp.asarray(rope_inv_freq(D, THETA))
   lengths = [16, 17, 32, 64]
-  got = np.asarray(rope_scaling.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L, 2.0))
+  got = np.asarray(rope_frequencies.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L, 2.0))
   for row, l in zip(got, lengths):
     np.testing.assert_allclose(row, hf_dynamic_inv_freq(D, THETA, L, 2.0, l), rtol=2e-6)
   # alpha = 1 is the paper's form, bit for bit the values before the field existed.
-  assert same(rope_scaling.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L, 1.0),
-              rope_scaling.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L))
+  assert same(rope_frequencies.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L, 1.0),
+              rope_frequencies.dynamic_ntk_inv_freq(plain, jnp.array(lengths), L))
   # a l/L - (a - 1) = l'/L at l' = a l - (a - 1) L: the paper's form at 18, 48 and 112 tokens.
-  np.testing.assert_allclose(got[1:], rope_scaling.dynamic_ntk_inv_freq(
+  np.testing.assert_allclose(got[1:], rope_frequencies.dynamic_ntk_inv_freq(
       plain, jnp.array([18, 48, 112]), L, 1.0), rtol=1e-6)
 
 
@@ -540,13 +540,13 @@ def test_dynamic_ntk_is_plain_rope_up_to_train_len_for_both_forms(alpha):
 def test_yarn_correction_range_literals():
   """d = 64, b = 1e4, L = 4096: i(32) = 64 ln(4096 / (64 pi)) / (2 ln 1e4) = 10.4722,
   i(1) = 64 ln(4096 / (2 pi)) / (2 ln 1e4) = 22.5134 (by hand); floor / ceil: 10 and 23."""
-  assert rope_scaling.yarn_correction_range(64, 1e4, 4096) == (10.0, 23.0)
-  lo, hi = rope_scaling.yarn_correction_range(64, 1e4, 4096, truncate=False)
+  assert rope_frequencies.yarn_correction_range(64, 1e4, 4096) == (10.0, 23.0)
+  lo, hi = rope_frequencies.yarn_correction_range(64, 1e4, 4096, truncate=False)
   assert lo == pytest.approx(10.472240810318025, rel=1e-12)
   assert hi == pytest.approx(22.513440636877274, rel=1e-12)
-  assert rope_scaling.yarn_correction_range(16, 1e4, 4096) == (2.0, 6.0)
+  assert rope_frequencies.yarn_correction_range(16, 1e4, 4096) == (2.0, 6.0)
   # Clamped to [0, d - 1]: at L = 16 with d = 8 the beta index is negative.
-  assert rope_scaling.yarn_correction_range(D, THETA, L)[0] == 0.0
+  assert rope_frequencies.yarn_correction_range(D, THETA, L)[0] == 0.0
 
 
 @pytest.mark.parametrize("dim", [16, 64])
@@ -554,7 +554,7 @@ def test_yarn_correction_range_literals():
 @pytest.mark.parametrize("truncate", [True, False])
 def test_yarn_index_ramp_matches_hf(dim, factor, truncate):
   want = hf_yarn_inv_freq(dim, 1e4, 4096, factor, truncate=truncate)
-  got = rope_scaling.yarn_inv_freq(dim, 1e4, 4096, factor, ramp="index", truncate=truncate)
+  got = rope_frequencies.yarn_inv_freq(dim, 1e4, 4096, factor, ramp="index", truncate=truncate)
   assert got.dtype == np.float32 and got.shape == (dim // 2,)
   np.testing.assert_allclose(got, want, rtol=1e-6)
   half = positions.Dims(num_heads=1, head_dim=dim, d_model=dim, num_layers=1, train_len=4096)
@@ -567,9 +567,9 @@ def test_yarn_index_ramp_matches_hf(dim, factor, truncate):
 def test_yarn_ramps_differ_between_the_correction_dimensions_only():
   """d = 64, L = 4096, s = 8: pairs 0..10 kept and 23..31 divided by s in both ramps; the ratio
   ramp (the paper's, today's values) and the index ramp differ on pairs 11..22."""
-  theta = rope_scaling._base_inv_freq(64, 1e4)
-  ratio = rope_scaling.yarn_inv_freq(64, 1e4, 4096, 8.0)  # the function's default: "ratio"
-  index = rope_scaling.yarn_inv_freq(64, 1e4, 4096, 8.0, ramp="index")
+  theta = rope_frequencies._base_inv_freq(64, 1e4)
+  ratio = rope_frequencies.yarn_inv_freq(64, 1e4, 4096, 8.0)  # the function's default: "ratio"
+  index = rope_frequencies.yarn_inv_freq(64, 1e4, 4096, 8.0, ramp="index")
   np.testing.assert_allclose(ratio[:10], theta[:10], rtol=1e-6)
   np.testing.assert_allclose(index[:11], theta[:11], rtol=1e-6)
   np.testing.assert_allclose(index[23:], theta[23:] / 8, rtol=1e-6)
@@ -584,12 +584,12 @@ def test_yarn_ramp_field_selects_the_ramp_and_old_configs_keep_the_paper_ramp():
   new = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=S, yarn_ramp="index"),
                         DIMS)
   np.testing.assert_array_equal(np.asarray(new.inv_freq, np.float32),
-                                rope_scaling.yarn_inv_freq(D, THETA, L, S, ramp="index"))
+                                rope_frequencies.yarn_inv_freq(D, THETA, L, S, ramp="index"))
   old = ml_collections.ConfigDict(dict(kind="rope", rope_theta=THETA, rotary_fraction=1.0,
                                        rope_scaling="yarn", rope_scaling_factor=S))
   old_scheme = positions.build(old, DIMS)  # no yarn_ramp: a run made before the field
   np.testing.assert_array_equal(np.asarray(old_scheme.inv_freq, np.float32),
-                                rope_scaling.yarn_inv_freq(D, THETA, L, S))
+                                rope_frequencies.yarn_inv_freq(D, THETA, L, S))
   assert not np.array_equal(old_scheme.inv_freq, new.inv_freq)
 
 
@@ -598,13 +598,13 @@ def test_yarn_attention_factor_forms():
   mscale = mscale_all_dim = 0.707): 1. m = 1, m_all = 0.707: (0.1 ln 40 + 1) / (0.0707 ln 40 + 1)
   = 1.36889 / 1.26080 = 1.08573 (by hand)."""
   for s in (1.0, 2.0, 4.0, 40.0):
-    assert rope_scaling.yarn_attention_factor(s) == 0.1 * math.log(s) + 1.0
-  assert rope_scaling.yarn_attention_factor(40.0, 0.707, 0.707) == 1.0
-  assert rope_scaling.yarn_attention_factor(40.0, 1.0, 0.707) == pytest.approx(1.085732, rel=1e-5)
-  assert rope_scaling.yarn_get_mscale(0.5, 3.0) == 1.0  # s <= 1
+    assert rope_frequencies.yarn_attention_factor(s) == 0.1 * math.log(s) + 1.0
+  assert rope_frequencies.yarn_attention_factor(40.0, 0.707, 0.707) == 1.0
+  assert rope_frequencies.yarn_attention_factor(40.0, 1.0, 0.707) == pytest.approx(1.085732, rel=1e-5)
+  assert rope_frequencies.yarn_get_mscale(0.5, 3.0) == 1.0  # s <= 1
   got = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=40.0, yarn_mscale=1.0,
                                  yarn_mscale_all_dim=0.707), DIMS).qk_scale
-  assert got == rope_scaling.yarn_attention_factor(40.0, 1.0, 0.707)
+  assert got == rope_frequencies.yarn_attention_factor(40.0, 1.0, 0.707)
   override = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=S,
                                       yarn_attention_factor=1.5), DIMS)
   assert override.qk_scale == 1.5
@@ -619,7 +619,7 @@ def test_llama3_literals_at_the_published_setting():
   32.4, 167, 862, 4443, 22911, 118143, 609226: pairs 0-3 below L/4 = 2048 (kept), pair 4 in
   [2048, 8192] (blended: g = (8192 / 4442.88 - 1) / 3 = 0.28128, (1 - g) 1.41421e-3 / 8 +
   g 1.41421e-3 = 5.24846e-4 by hand), pairs 5-7 above 8192 (divided by 8)."""
-  got = rope_scaling.llama3_inv_freq(16, 5e5, 8192, 8.0, 1.0, 4.0)
+  got = rope_frequencies.llama3_inv_freq(16, 5e5, 8192, 8.0, 1.0, 4.0)
   literal = [1.0, 1.9392274475e-01, 3.7606030931e-02, 7.2926647372e-03, 5.2484616099e-04,
              3.4281021960e-05, 6.6478698712e-06, 1.2891731722e-06]
   np.testing.assert_allclose(got, literal, rtol=1e-7)
@@ -633,7 +633,7 @@ def test_llama3_blend_at_a_tiny_context():
   """d = 8, b = 1e4, L = 64, s = 8: wavelengths 6.28, 62.8, 628, 6283 against L/4 = 16 and
   L/1 = 64: pair 0 kept, pair 1 blended (g = (64 / 62.83 - 1) / 3 = 0.0061973, 0.0125 (1 - g) +
   0.1 g = 0.0130423 by hand), pairs 2, 3 divided by 8."""
-  got = rope_scaling.llama3_inv_freq(D, THETA, 64, 8.0)
+  got = rope_frequencies.llama3_inv_freq(D, THETA, 64, 8.0)
   np.testing.assert_allclose(got, [1.0, 1.3042256044e-02, 1.25e-03, 1.25e-04], rtol=1e-7)
   np.testing.assert_allclose(got, meta_llama3_inv_freq(D, THETA, 8.0, 1.0, 4.0, 64), rtol=1e-6)
   cfg = rope_cfg(rope_scaling="llama3", rope_scaling_factor=8.0, rope_scaling_train_len=64)
@@ -643,7 +643,7 @@ def test_llama3_blend_at_a_tiny_context():
   q, k, pos = qk(8, positions_high=200)
   assert same(scheme.rotate(q, k, pos, pos, 0)[0], apply_rope(q, pos, jnp.asarray(got)))
   # Other low / high move the bands: with high = 2 (L/2 = 32) pair 1 (62.8) is still blended.
-  other = rope_scaling.llama3_inv_freq(D, THETA, 64, 8.0, 1.0, 2.0)
+  other = rope_frequencies.llama3_inv_freq(D, THETA, 64, 8.0, 1.0, 2.0)
   np.testing.assert_allclose(other, meta_llama3_inv_freq(D, THETA, 8.0, 1.0, 2.0, 64), rtol=1e-6)
 
 
@@ -655,14 +655,14 @@ LAMBDA = (1.0, 1.5, 3.0, 4.0)
 def test_longrope_frequencies_and_attention_factor_literals():
   """d = 8, b = 1e4, lambda = (1, 1.5, 3, 4): theta / lambda = 1, 0.1/1.5, 0.01/3, 0.001/4;
   s = 4, L = 16: sqrt(1 + ln 4 / ln 16) = sqrt(1.5) = 1.2247449 (by hand)."""
-  got = rope_scaling.longrope_inv_freq(D, THETA, LAMBDA)
+  got = rope_frequencies.longrope_inv_freq(D, THETA, LAMBDA)
   np.testing.assert_allclose(got, [1.0, 6.6666666667e-02, 3.3333333333e-03, 2.5e-04], rtol=1e-7)
   want, att = hf_longrope(D, THETA, LAMBDA, 4.0, 16)
   np.testing.assert_allclose(got, want, rtol=1e-6)
-  assert rope_scaling.longrope_attention_factor(4.0, 16) == pytest.approx(math.sqrt(1.5), rel=1e-15)
+  assert rope_frequencies.longrope_attention_factor(4.0, 16) == pytest.approx(math.sqrt(1.5), rel=1e-15)
   assert att == pytest.approx(1.224744871391589, rel=1e-15)
-  assert rope_scaling.longrope_attention_factor(1.0, 16) == 1.0
-  np.testing.assert_array_equal(rope_scaling.longrope_inv_freq(D, THETA, ()),
+  assert rope_frequencies.longrope_attention_factor(1.0, 16) == 1.0
+  np.testing.assert_array_equal(rope_frequencies.longrope_inv_freq(D, THETA, ()),
                                 rope_inv_freq(D, THETA))
 
 

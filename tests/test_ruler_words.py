@@ -16,7 +16,7 @@ import pytest
 
 from conftest import tiny_config
 from configs.validate import ConfigError, validate
-from data import ruler, ruler_words
+from data import retrieval_mix, ruler, ruler_words
 from data.corpora import Document, read_text_files
 from data.tokenizers import ByteTokenizer, get_tokenizer
 from eval import needle
@@ -206,7 +206,7 @@ def test_word_suites_train_in_the_mix_and_run_end_to_end(text_corpus, tmp_path):
   c.eval.frequent_words.fewshot = 1  # 2 x 471 + 20 tokens: only 1024 is long enough
   validate(c, 1)
   docs = data_inputs.load_splits(c)
-  train_docs = ruler.training_documents(docs["train"], c, TOK)
+  train_docs = retrieval_mix.training_documents(docs["train"], c, TOK)
   mixed = [d.data.decode() for d in train_docs if re.fullmatch(r"common_words-\d+", d.name)]
   assert mixed and all(ruler_words.CWE_QUESTION.format(count=3) in t for t in mixed)
   assert all(re.search(r"are: 1\. [a-z]{5} 2\. [a-z]{5} 3\. [a-z]{5}", t) for t in mixed)

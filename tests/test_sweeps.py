@@ -18,8 +18,10 @@ import pytest
 from conftest import FAST_COMPILE, tiny_config, write_config_file
 from configs import base
 from configs.validate import ConfigError
-from sweeps import collect, launch, study as study_lib
-from sweeps.study import Study, StudyError, cross, product, zip_
+from sweeps import collect, overrides, run_names, run_plan, study as study_lib
+from sweeps import launch_exec, launch_local, launch_plan, launch_tpu
+from sweeps.overrides import StudyError
+from sweeps.study import Study, cross, product, zip_
 from runs import checkpoint as run_ckpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,22 +57,22 @@ def test_product_zip_cross_build_points():
 
 
 def test_run_names_are_short_stable_safe_and_unique():
-  shorts = study_lib.short_names(base.get_config(), study_lib.DEFAULT_ALIASES)
+  shorts = run_names.short_names(base.get_config(), study_lib.DEFAULT_ALIASES)
   assert shorts["model.position.kind"] == "kind"
   assert shorts["data.train_len"] == "train_len"
   assert shorts["seed"] == "seed"  # also the end of data.passkey.seed etc., but a whole path
   assert shorts["data.passkey.seed"] == "data.passkey.seed"  # eval.passkey.seed exists too
   assert shorts["data.position_sampler.kind"] == "position_sampler.kind"
-  name = study_lib.run_name({"seed": 1, "model.position.kind": "rope", "data.train_len": 256,
+  name = run_names.run_name({"seed": 1, "model.position.kind": "rope", "data.train_len": 256,
                              "eval.length_multipliers": (0.5, 1.0), "data.text_glob": "a/b*.txt",
                              "eval.extension": "pi,yarn", "model.position.clamp": True},
                             shorts)
   assert name == ("clamp=True,extension=pi+yarn,kind=rope,length_multipliers=0.5-1,seed=1,"
                   "text_glob=a_b_.txt,train_len=256")
-  long = study_lib.run_name({"data.text_glob": "x" * 300}, shorts)
-  assert len(long) == study_lib.NAME_MAX and long != study_lib.run_name(
+  long = run_names.run_name({"data.text_glob": "x" * 300}, shorts)
+  assert len(long) == run_names.NAME_MAX and long != run_names.run_name(
       {"data.text_glob": "x" * 299}, shorts)
-  assert study_lib.run_name({}, shorts) == "base"
+  assert run_names.run_name({}, shorts) == "base"
   clash = Study("clash", "configs/alibi_tiny.py",
                 lambda: product(**{"data.text_glob": ["a/b", "a_b"]}))
   with pytest.raises(StudyError, match="the same name 'text_glob=a_b'"):
@@ -81,14 +83,14 @@ def test_overrides_name_the_bad_field():
   config = base.get_config()
   with pytest.raises(StudyError, match=r"model.position has no field 'knd'; did you mean "
                                        r"'model.position.kind'"):
-    study_lib.apply_overrides(config, {"model.position.knd": "rope"})
+    overrides.apply_overrides(config, {"model.position.knd": "rope"})
   with pytest.raises(StudyError, match=r"model.num_layers='4': the field is an int"):
-    study_lib.apply_overrides(config, {"model.num_layers": "4"})
+    overrides.apply_overrides(config, {"model.num_layers": "4"})
   with pytest.raises(StudyError, match="names a section"):
-    study_lib.apply_overrides(config, {"model.position": "rope"})
+    overrides.apply_overrides(config, {"model.position": "rope"})
   with pytest.raises(StudyError, match="a bool"):
-    study_lib.apply_overrides(config, {"model.position.clamp": 1})
-  out = study_lib.apply_overrides(config, {"eval.factor": 4, "eval.length_multipliers": [1, 2]})
+    overrides.apply_overrides(config, {"model.position.clamp": 1})
+  out = overrides.apply_overrides(config, {"eval.factor": 4, "eval.length_multipliers": [1, 2]})
   assert out.eval.factor == 4.0 and isinstance(out.eval.factor, float)
   assert out.eval.length_multipliers == (1, 2) and config.eval.factor == 1.0  # a copy
   bad = Study("bad", "configs/alibi_tiny.py", lambda: [{"model.positoin.kind": "rope"}])
@@ -112,23 +114,23 @@ def test_commands_round_trip_to_the_same_config(monkeypatch):
   argv = run.train_argv("python", s.config_arg(), "w")
   assert "--config.data.text_glob=corpus/{a,b}/*.txt" in argv
   assert "--config.eval.length_multipliers=(0.5,)" in argv
-  parsed = study_lib.parse_flags(argv[2:])
+  parsed = run_plan.parse_flags(argv[2:])
   assert parsed.to_dict() == run.config.to_dict()
   assert parsed.data.cache_dir == "" and parsed.model.position.rope_theta_per_layer == ()
   [command] = run.evals
-  parsed = study_lib.parse_flags(run.eval_argv(command, "python", "w")[3:], run.config)
+  parsed = run_plan.parse_flags(run.eval_argv(command, "python", "w")[3:], run.config)
   assert parsed.eval.extension == "pi,yarn" and parsed.eval.factor == 4.0
   assert parsed.eval.passkey.depths == (0.25,)
-  study_lib.check_commands([run], s.base_config())  # the launcher's own check: passes
-  writer = study_lib.flag_value
-  monkeypatch.setattr(study_lib, "flag_value",  # a wrong writer of tuples
+  run_plan.check_commands([run], s.base_config())  # the launcher's own check: passes
+  writer = overrides.flag_value
+  monkeypatch.setattr(run_plan, "flag_value",  # a wrong writer of tuples
                       lambda v: "(2.0,)" if isinstance(v, tuple) else writer(v))
   with pytest.raises(StudyError, match=r"length_multipliers=\(2.0,\) parses to \(2.0,\) "
                                        r"\(tuple\), not \(0.5,\)"):
-    study_lib.check_commands([run], s.base_config())
-  monkeypatch.setattr(study_lib, "flag_value", lambda v: "yes please")
+    run_plan.check_commands([run], s.base_config())
+  monkeypatch.setattr(run_plan, "flag_value", lambda v: "yes please")
   with pytest.raises(StudyError, match="run '.*': config_flags cannot parse --config.*yes please"):
-    study_lib.check_commands([run], s.base_config())
+    run_plan.check_commands([run], s.base_config())
 
 
 def test_points_group_into_runs_and_evaluation_points():
@@ -161,10 +163,10 @@ def test_points_group_into_runs_and_evaluation_points():
 def test_bad_runs_are_refused_before_launching(tmp_path):
   bad_kind = Study("b", "configs/alibi_tiny.py", lambda: [{"model.position.kind": "rotary"}])
   with pytest.raises(ConfigError, match="run 'kind=rotary': model.position.kind='rotary'"):
-    launch.plan(bad_kind, str(tmp_path), num_devices=1, read_state=False)
+    launch_plan.plan(bad_kind, str(tmp_path), num_devices=1, read_state=False)
   bad_ext = Study("b", "configs/alibi_tiny.py", lambda: [{"eval.extension": "yarn"}])
   with pytest.raises(ConfigError, match="eval.extension='yarn' applies to"):
-    launch.plan(bad_ext, str(tmp_path), num_devices=1, read_state=False)
+    launch_plan.plan(bad_ext, str(tmp_path), num_devices=1, read_state=False)
 
 
 # ---------------------------------------------------------------------------- dry runs
@@ -256,13 +258,13 @@ def test_slurm_dry_run_has_srun_install_run_and_workdir(dry_runs):
 
 
 def test_launcher_flags_are_checked_before_anything_runs(tmp_path):
-  assert [launch.tpu_devices(t) for t in ("v2-8", "v3-32", "v4-8", "v4-64", "v5p-128",
-                                          "v5litepod-16", "v6e-8", "v7x-8", "v4")] == [
+  assert [launch_tpu.tpu_devices(t) for t in ("v2-8", "v3-32", "v4-8", "v4-64", "v5p-128",
+                                              "v5litepod-16", "v6e-8", "v7x-8", "v4")] == [
       8, 32, 4, 32, 64, 16, 8, None, None]
-  assert launch.is_remote_git_url("https://github.com/o/r.git")
-  assert launch.is_remote_git_url("git@github.com:o/r.git")
-  assert not launch.is_remote_git_url("/home/me/pe-sweeps")
-  assert not launch.is_remote_git_url("file:///home/me/pe-sweeps")
+  assert launch_tpu.is_remote_git_url("https://github.com/o/r.git")
+  assert launch_tpu.is_remote_git_url("git@github.com:o/r.git")
+  assert not launch_tpu.is_remote_git_url("/home/me/pe-sweeps")
+  assert not launch_tpu.is_remote_git_url("file:///home/me/pe-sweeps")
   study, root = "sweeps/pe_extrapolation_cpu.py", f"--root={tmp_path}"
   tpu = ["--backend=tpu", "--root=/mnt/b/sweeps", "--tpu_bucket=b", "--tpu_name=t",
          "--tpu_zone=z", "--tpu_git_ref=0123abc", "--dry-run"]
@@ -456,13 +458,13 @@ def test_run_all_starts_a_child_after_its_parent_and_not_after_a_failed_one():
       time.sleep(seconds)
       with lock:
         order.append(("end", name))
-      return launch.Outcome(name, status, seconds, "", "")
+      return launch_exec.Outcome(name, status, seconds, "", "")
     return fn
 
   jobs = [("p1", job("p1", "ok", 0.3)), ("p2", job("p2", "failed", 0.05)),
           ("c1", job("c1", "ok", 0.0)), ("c2", job("c2", "ok", 0.0)),
           ("free", job("free", "ok", 0.0))]
-  outcomes = launch.run_all(jobs, 2, "test", after={"c1": "p1", "c2": "p2", "free": "done_before"})
+  outcomes = launch_exec.run_all(jobs, 2, "test", after={"c1": "p1", "c2": "p2", "free": "done_before"})
   status = {o.run: o.status for o in outcomes}
   assert status == {"p1": "ok", "p2": "failed", "c1": "ok", "c2": "failed", "free": "ok"}
   assert [o.detail for o in outcomes if o.run == "c2"] == ["not run: its parent p2 failed"]
@@ -579,16 +581,16 @@ def test_bad_children_are_refused_with_the_point_named():
 
 def test_children_follow_their_parent_in_the_launch_order():
   def planned(name, parent=None):
-    run = study_lib.Run(name, {}, None, (), (), (), parent=parent)
-    return launch.Planned(run, f"/r/s/{name}", f"/r/s/{name}", None)
+    run = run_plan.Run(name, {}, None, (), (), (), parent=parent)
+    return launch_plan.Planned(run, f"/r/s/{name}", f"/r/s/{name}", None)
   runs = [planned("a"), planned("b"), planned("c"), planned("a1", "a"), planned("b1", "b"),
           planned("a2", "a"), planned("x1", "done_earlier")]
-  assert [p.run.name for p in launch.children_first(runs)] == ["a", "a1", "a2", "b", "b1", "c",
-                                                               "x1"]
+  assert [p.run.name for p in launch_local.children_first(runs)] == ["a", "a1", "a2", "b", "b1", "c",
+                                                                     "x1"]
 
 
 def test_context_extension_figure_pairs_each_method_with_its_eval_only_control():
-  from sweeps import figures
+  from sweeps import extension_figures, figure_style
   rows = []
   def add(run, scheme, parent="", method="", ext="none", factor=1.0, train_len=32, growth=1.0,
           seed=0):
@@ -605,7 +607,7 @@ def test_context_extension_figure_pairs_each_method_with_its_eval_only_control()
         seed=seed)
     add(f"drope{seed}", "none", parent=f"p{seed}@4", method="drope", growth=1.3, seed=seed)
   add("alibi", "alibi", growth=1.0)
-  fig = figures.fig_context_extension(pd.DataFrame(rows))
+  fig = extension_figures.fig_context_extension(pd.DataFrame(rows))
   ax = fig.axes[0]
   lines = {l.get_label(): l for l in ax.get_lines()}
   assert {"pi (fine-tuned)", "drope (fine-tuned)", "rope parent (as trained)",
@@ -619,22 +621,22 @@ def test_context_extension_figure_pairs_each_method_with_its_eval_only_control()
   x, y = lines["pi (fine-tuned)"].get_data()
   assert list(x) == [16, 32, 64, 128]
   assert y[1] == pytest.approx(4.05) and y[3] == pytest.approx(4.0 * 1.1 ** 3 + 0.05)
-  assert figures.fig_context_extension(pd.DataFrame(rows).assign(method="")) is None
+  assert extension_figures.fig_context_extension(pd.DataFrame(rows).assign(method="")) is None
   # The fine-tuning curves: one line per recipe, the mean of its two children per step.
   curves = pd.DataFrame([{"run": f"{m}{seed}", "step": step, "loss": 2.0 - 0.1 * step + seed}
                          for m in ("pi", "drope") for seed in (0, 1) for step in (1, 2, 3)]
                         + [{"run": "p0", "step": 1, "loss": 3.0}])
-  fig = figures.fig_fine_tuning_curves(curves, pd.DataFrame(rows))
+  fig = extension_figures.fig_fine_tuning_curves(curves, pd.DataFrame(rows))
   lines = {l.get_label(): l for l in fig.axes[0].get_lines()}
   assert set(lines) == {"pi", "drope"}
   assert list(lines["pi"].get_data()[1]) == pytest.approx([2.4, 2.3, 2.2])
-  assert lines["pi"].get_color() == figures.METHOD_COLOURS["pi"]
+  assert lines["pi"].get_color() == figure_style.METHOD_COLOURS["pi"]
   # Runs of another training mix (a passkey share) get their own panel, never the same mean.
   mixed = pd.DataFrame(rows).assign(train_passkey_fraction=0.0)
   other = mixed[mixed["run"].isin(["p0", "pi0"])].assign(
       run=lambda f: "pk_" + f["run"], parent=lambda f: f["parent"].str.replace("p0@", "pk_p0@"),
       train_passkey_fraction=0.25, ppl=lambda f: f["ppl"] + 10.0)
-  fig = figures.fig_context_extension(pd.concat([mixed, other]))
+  fig = extension_figures.fig_context_extension(pd.concat([mixed, other]))
   assert [ax.get_title() for ax in fig.axes[:2]] == ["training mix: text only",
                                                      "training mix: 25% passkey windows"]
   text_only = {l.get_label(): l for l in fig.axes[0].get_lines()}
@@ -666,9 +668,9 @@ def test_points_with_their_own_base_config_train_from_that_file(tmp_path):
   assert grid.config.data.task.name == "addition_grid" and grid.base == "configs/task_addition_grid.py"
   assert by_name["config=task_flip_flop,kind=alibi"].config.train.num_steps == 1500
   # Every run passes the pre-flight of train.py, and the manifest names each run's file.
-  planned = launch.plan(synthetic_tasks_cpu.STUDY, str(tmp_path), num_devices=1,
-                        read_state=False)
-  assert launch.manifest(synthetic_tasks_cpu.STUDY, planned)["runs"][-1]["config"] == \
+  planned = launch_plan.plan(synthetic_tasks_cpu.STUDY, str(tmp_path), num_devices=1,
+                             read_state=False)
+  assert launch_plan.manifest(synthetic_tasks_cpu.STUDY, planned)["runs"][-1]["config"] == \
       "configs/task_flip_flop.py"
   # The same fields on two bases are two runs; on one base, one run with two evaluation points.
   two = Study("two", "configs/alibi_tiny.py", lambda: [
@@ -815,8 +817,8 @@ def test_search_studies_and_selections_are_checked_and_applied(tmp_path):
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
       f.write(json.dumps({"step": 50, "val_loss": loss}) + "\n")
   import unittest.mock
-  with unittest.mock.patch.object(launch.workdirs, "run_state",
-                                  lambda run, workdir: launch.workdirs.RunState(True, (), False, ())):
+  with unittest.mock.patch.object(launch_plan.workdirs, "run_state",
+                                  lambda run, workdir: launch_plan.workdirs.RunState(True, (), False, ())):
     chosen = search.selection(study, root)
   assert [g["selected"] for g in chosen["groups"]] == [{"train.learning_rate": 0.01},
                                                        {"train.learning_rate": 0.01}]
@@ -991,8 +993,8 @@ def test_successive_halving_keeps_the_best_third_per_rung_and_selects_from_the_l
   assert {(r.config.model.position.kind, r.config.train.learning_rate) for r in final} == {
       ("alibi", 1e-3), ("rope", 3e-2)}
   assert "at 9 steps: 1.7000" in search.describe(chosen)[1]
-  from sweeps import figures, report
-  assert figures.fig_search(chosen) is not None
+  from sweeps import report, training_figures
+  assert training_figures.fig_search(chosen) is not None
   parts, _ = report._search_html(chosen)
   table = parts[-1]
   assert table.count(">yes<") == 2 and "num_steps" in table  # the last rung's best per group

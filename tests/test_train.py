@@ -12,7 +12,7 @@ import pytest
 import train
 from conftest import FAST_COMPILE, tiny_config
 from configs.validate import ConfigError
-from data import passkey
+from data import passkey_training
 from data.tokenizers import get_tokenizer
 from eval import perplexity
 from eval import run as eval_run
@@ -468,9 +468,9 @@ def test_passkey_runs_log_the_loss_of_the_answer_digits(text_corpus, tmp_path, c
   mesh = train.sharding.make_mesh(c.mesh, jax.devices()[:1])
   spec = specs.model_spec(c, mesh)
   params, _ = run_ckpt.restore_params(str(tmp_path), c, spec)
-  windows = passkey.answer_windows(get_tokenizer("byte"), train_len=128, preamble=False,
-                                   key_digits=5, count=data_inputs.PASSKEY_ANSWER_DOCUMENTS,
-                                   seed=c.eval.passkey.seed)
+  windows = passkey_training.answer_windows(get_tokenizer("byte"), train_len=128, preamble=False,
+                                            key_digits=5, count=data_inputs.PASSKEY_ANSWER_DOCUMENTS,
+                                            seed=c.eval.passkey.seed)
   total, count = perplexity.score_windows(perplexity.make_nll_fn(spec.graphdef, mesh), params,
                                           windows, batch_size=8, mesh=mesh)
   assert count == 5 * data_inputs.PASSKEY_ANSWER_DOCUMENTS

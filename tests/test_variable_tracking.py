@@ -13,7 +13,7 @@ import pytest
 import train
 from conftest import tiny_config
 from configs.validate import ConfigError, validate
-from data import ruler
+from data import retrieval_mix, variable_tracking
 from data.corpora import read_text_files
 from data.tokenizers import ByteTokenizer
 from eval import needle
@@ -36,7 +36,7 @@ def chains_of(prompt: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("num_chains", [1, 3])
 def test_prompts_hide_chains_in_order_in_held_out_text(text_corpus, num_chains):
   docs = read_text_files(text_corpus)[:3]
-  builder = ruler.VariableTrackingPrompts(TOK, docs, num_chains=num_chains, num_hops=4)
+  builder = variable_tracking.VariableTrackingPrompts(TOK, docs, num_chains=num_chains, num_hops=4)
   special = [TOK.bos_id, TOK.eos_id, TOK.pad_id]
   for length in (builder.min_length, 900, 2048):
     for depth in (0.0, 0.5, 1.0):
@@ -44,8 +44,8 @@ def test_prompts_hide_chains_in_order_in_held_out_text(text_corpus, num_chains):
       assert p.tokens.shape == (length,) and p.tokens[0] == TOK.bos_id
       assert not np.isin(p.tokens[1:], special).any()
       prompt = TOK.decode(p.tokens[1:])
-      assert prompt.startswith(ruler.VT_PREAMBLE + "\n")
-      question = ruler.VT_QUESTION.format(value=p.key, count=5)
+      assert prompt.startswith(variable_tracking.VT_PREAMBLE + "\n")
+      question = variable_tracking.VT_QUESTION.format(value=p.key, count=5)
       assert prompt.endswith("\n" + question)
       chains = chains_of(prompt)
       assert len(chains) == num_chains and all(len(n) == 5 for n in chains.values())
@@ -61,7 +61,7 @@ def test_prompts_hide_chains_in_order_in_held_out_text(text_corpus, num_chains):
 
 def test_the_queried_chain_starts_at_the_depth(text_corpus):
   docs = read_text_files(text_corpus)[:3]
-  builder = ruler.VariableTrackingPrompts(TOK, docs, num_chains=1, num_hops=2, preamble=False)
+  builder = variable_tracking.VariableTrackingPrompts(TOK, docs, num_chains=1, num_hops=2, preamble=False)
   early, late = builder.cell(2048, 0.1, 0, seed=0), builder.cell(2048, 0.9, 0, seed=0)
   assert early.actual_depth < 0.2 < 0.8 < late.actual_depth
   assert early.needle_start < 0.3 * 2048 < 0.7 * 2048 < late.needle_start
@@ -156,7 +156,7 @@ def test_the_retrieval_training_mix_tiles_blocks_of_prompts_with_their_answers(t
   c.data.retrieval_mix.fraction = 0.25
   validate(c, 1)
   docs = read_text_files(text_corpus)
-  out = ruler.training_documents(docs, c, TOK)
+  out = retrieval_mix.training_documents(docs, c, TOK)
   assert out[:len(docs)] == docs
   mixed = out[len(docs):]
   prompts = [d for d in mixed if d.name.startswith(f"{suite}-0")]

@@ -2,7 +2,7 @@
 
 Adding a suite: write `eval/suites/<name>.py` with a `Suite` subclass (eval/suites/base.py:
 `check`, `run`, `summary`, `rows`), add its instance to `REGISTRY` below, and add a test.
-train.py, eval.run, configs.validate.preflight, sweeps.study, sweeps.collect and the report read
+train.py, eval.run, configs.validate.preflight, the studies (sweeps.result_keys), sweeps.collect and the report read
 this registry; none of them names a suite.
 """
 

@@ -2,7 +2,8 @@
 `VAR X = VAR Y` assignments hidden in held-out text of eval.split; the model lists every
 variable of the queried chain, scored by recall of all of them (RULER's string_match_all), on a
 grid of lengths x depths of the chain's first statement, `<workdir>/eval/variable_tracking.
-{json,png}` (prompts: data/ruler.py VariableTrackingPrompts; grid and scoring: eval/needle.py)."""
+{json,png}` (prompts: data/variable_tracking.py VariableTrackingPrompts; grid and scoring:
+eval/needle.py)."""
 
 from eval.suites.retrieval import Retrieval
 

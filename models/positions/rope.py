@@ -49,7 +49,7 @@ import numpy as np
 from flax import nnx
 
 from configs.errors import ConfigError
-from models import context_parallel, position_transforms, rope_scaling
+from models import context_parallel, position_transforms, rope_frequencies, rope_scaling
 from models.kernels.spec import KernelSpec
 from models.positions.base import Dims, PositionalScheme
 
@@ -103,7 +103,7 @@ def _is_number(x) -> bool:
 
 def base_frequencies(config) -> np.ndarray:
   """theta_i = rope_theta^(-2i/rot_dim) of an experiment config's RoPE, as every rotary layer
-  starts from (`rope_scaling.base_inv_freq`); LongRoPE's factor search divides them by its
+  starts from (`rope_frequencies.base_inv_freq`); LongRoPE's factor search divides them by its
   candidate rescale factors lambda_i and passes the result to `RoPE.set_search_frequencies`.
 
   Args:
@@ -118,8 +118,8 @@ def base_frequencies(config) -> np.ndarray:
   rot = rotary_dim(Dims.from_config(config).head_dim, pos.rotary_fraction)
   thetas = tuple(pos.get("rope_theta_per_layer", ()) or ())
   if thetas:
-    return np.stack([rope_scaling.base_inv_freq(rot, float(t)) for t in thetas])
-  return rope_scaling.base_inv_freq(rot, float(pos.rope_theta))
+    return np.stack([rope_frequencies.base_inv_freq(rot, float(t)) for t in thetas])
+  return rope_frequencies.base_inv_freq(rot, float(pos.rope_theta))
 
 
 def _frozen(freqs) -> tuple[float, ...] | None:
@@ -297,15 +297,15 @@ class RoPE(PositionalScheme):
     q_max = context_parallel.sequence_max(q_positions.max(axis=-1))
     length = jnp.maximum(q_max, k_positions.max(axis=-1)) + 1
     if self.dynamic_train_len:
-      return rope_scaling.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len,
-                                               self.dynamic_alpha)
+      return rope_frequencies.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len,
+                                                   self.dynamic_alpha)
     if self.search_long_inv_freq is not None:
       search = self.search_long_inv_freq
       long = search if search.ndim == 1 else search[layer]
     else:
       table = self.layer_long_inv_freq
       long = self.long_inv_freq if table is None else table[layer]
-    return rope_scaling.longrope_row_inv_freq(inv_freq, long, length, self.long_train_len)
+    return rope_frequencies.longrope_row_inv_freq(inv_freq, long, length, self.long_train_len)
 
   def rotate(self, q, k, q_positions, k_positions, layer):
     """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k).

@@ -1,0 +1,156 @@
+"""Context-extension figures (warm-started children, the results table's `method` column):
+perplexity vs length of the parents, their fine-tuned children, the eval-only controls and the
+references from scratch (`fig_context_extension`), and the children's fine-tuning curves
+(`fig_fine_tuning_curves`); one panel per training mix.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from eval.plots import length_axis
+from runs.plots import subplots
+from sweeps.figure_style import BAND, METHOD_COLOURS, PROTOCOLS, _any_table, _check, _legend, \
+    _log_ppl_axis, _suite, _train_len
+
+# An eval-time extension's recipe, whose colour (METHOD_COLOURS) its eval-only curve is drawn in.
+EVAL_ONLY = {"pi": "pi", "ntk": "ntk", "yarn": "yarn", "abf": "abf", "longrope": "longrope"}
+
+
+def _families(frame):
+  """Rows of the children (`method` set), their parents and the from-scratch runs of other
+  schemes, labelled: (rows, {label: style}) or (None, None) without children."""
+  if "method" not in frame or not (frame["method"].fillna("") != "").any():
+    return None, None
+  children = frame[frame["method"].fillna("") != ""]
+  parents = set(children["parent"].str.rpartition("@")[0])
+  parent_rows = frame[frame["run"].isin(parents)]
+  parent_schemes = set(parent_rows["scheme"])
+  refs = frame[(frame["parent"].fillna("") == "") & ~frame["run"].isin(parents)
+               & ~frame["scheme"].isin(parent_schemes)
+               & (frame["extension"].fillna("none") == "none")]
+  labels, styles = [], {}
+  def add(rows, label, style):
+    labels.append(rows.assign(family=label))
+    styles.setdefault(label, style)
+  for (method,), rows in children.groupby(["method"]):
+    add(rows[rows["extension"].fillna("none") == "none"], f"{method} (fine-tuned)",
+        {"color": METHOD_COLOURS.get(method, "#555555"), "linestyle": "-", "marker": "o"})
+  for (scheme, ext, factor), rows in parent_rows.groupby(
+      ["scheme", "extension", "extension_factor"], dropna=False):
+    if ext in (None, "none") or pd.isna(ext):
+      add(rows, f"{scheme} parent (as trained)",
+          {"color": "#000000", "linestyle": "-", "marker": "s"})
+    else:
+      size = f" x{factor:g}" if pd.notna(factor) and factor != 1 else ""
+      add(rows, f"{ext}{size} (eval-only)",
+          {"color": METHOD_COLOURS.get(EVAL_ONLY.get(ext, ext), "#555555"), "linestyle": "--",
+           "marker": "x"})
+  for (scheme,), rows in refs.groupby(["scheme"]):
+    add(rows, f"{scheme} (from scratch, reference)",
+        {"color": "#777777", "linestyle": ":", "marker": "D"})
+  return pd.concat(labels), styles
+
+
+def _training_mixes(frame) -> list[tuple[str, object]]:
+  """The table split by training mix (`train_passkey_fraction`, the share of training windows
+  that are passkey documents): [(panel title, rows)], text-only first; one entry, titled "",
+  when every run has the same mix. Runs of different mixes are never averaged together."""
+  if "train_passkey_fraction" not in frame:
+    return [("", frame)]
+  share = pd.to_numeric(frame["train_passkey_fraction"], errors="coerce").fillna(0.0)
+  values = sorted(set(share))
+  if len(values) < 2:
+    return [("", frame)]
+  return [("training mix: text only" if v == 0 else
+           f"training mix: {100 * v:g}% passkey windows", frame[share == v]) for v in values]
+
+
+@_any_table
+def fig_context_extension(frame, protocol: str = "non_overlapping"):
+  """Context extension: perplexity vs length of the parents as trained, each recipe's
+  fine-tuned children (solid), each method applied to the parents at evaluation only (dashed,
+  in its recipe's colour) and the from-scratch references of other schemes (grey, dotted); mean
+  over seeds (parents), `BAND`; the parents' train_len and the fine-tuning length
+  marked. One panel per training mix (`_training_mixes`).
+
+  Returns:
+    A Figure, or None when the table has no warm-started child with ppl_vs_length rows for
+    `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  panels = []
+  for title, part in _training_mixes(_suite(frame, "ppl_vs_length", protocol, None)):
+    rows, styles = _families(part)
+    if rows is not None and not rows.empty:
+      panels.append((title, rows, styles))
+  if not panels:
+    return None
+  fig, axes = subplots(1, len(panels), figsize=(1.6 + 5.8 * len(panels), 4.6), dpi=110,
+                       layout="constrained", squeeze=False, sharey=True)
+  for ax, (title, rows, styles) in zip(axes[0], panels):
+    for label, group in rows.groupby("family", sort=False):
+      stats = group.groupby("length")["ppl"].agg(["mean", "min", "max"]).sort_index()
+      line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label, **styles[label])
+      if (stats["max"] > stats["min"]).any():
+        ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(),
+                        alpha=0.15)
+    parent_len = _train_len(rows[rows["method"].fillna("") == ""])
+    length_axis(ax, parent_len)
+    tuned = rows.loc[rows["method"].fillna("") != "", "train_len"].dropna()
+    for t in sorted(set(int(t) for t in tuned) - {parent_len}):
+      ax.axvline(t, color="black", linestyle=(0, (1, 3)), linewidth=1.2,
+                 label=f"fine-tuning length={t}")
+    _log_ppl_axis(ax)
+    if title:
+      ax.set_title(title, fontsize=9)
+  fig.suptitle(f"Context extension ({protocol}): parents, fine-tuned children, eval-only "
+               f"controls; mean over seeds, {BAND}", fontsize=9)
+  _legend(fig)
+  return fig
+
+
+def fig_fine_tuning_curves(curves, frame):
+  """Training loss of the warm-started children against their fine-tuning step, one line per
+  recipe (`method`), mean over its children (one per parent seed), `BAND`; one panel
+  per training mix (`_training_mixes`).
+
+  Args:
+    curves: read_training_curves's frame; frame: the results table (its `method` column).
+
+  Returns:
+    A Figure, or None without children's curves.
+  """
+  if curves is None or curves.empty or "method" not in frame:
+    return None
+  panels = []
+  for title, part in _training_mixes(frame.drop_duplicates("run")):
+    methods = part.set_index("run")["method"].fillna("")
+    rows = curves[curves["run"].isin(methods.index)]
+    rows = rows.assign(method=rows["run"].map(methods)).dropna(subset=["loss"])
+    rows = rows[rows["method"] != ""]
+    if not rows.empty:
+      panels.append((title, rows))
+  if not panels:
+    return None
+  fig, axes = subplots(1, len(panels), figsize=(1.4 + 5.2 * len(panels), 4.2), dpi=110,
+                       layout="constrained", squeeze=False)
+  for ax, (title, rows) in zip(axes[0], panels):
+    for method, group in rows.groupby("method"):
+      stats = group.groupby("step")["loss"].agg(["mean", "min", "max"]).sort_index()
+      colour = METHOD_COLOURS.get(method, "#555555")
+      ax.plot(stats.index, stats["mean"], color=colour, linewidth=1.3, label=method)
+      if (stats["max"] > stats["min"]).any():
+        ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15)
+    ax.set_xlabel("fine-tuning step")
+    ax.set_ylabel("training loss (nats per token)")
+    ax.grid(True, alpha=0.3)
+    if title:
+      ax.set_title(title, fontsize=9)
+  fig.suptitle(f"Fine-tuning curves per recipe; mean over parents' seeds, {BAND}",
+               fontsize=9)
+  _legend(fig)
+  return fig

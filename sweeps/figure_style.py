@@ -1,0 +1,195 @@
+"""What every study figure shares: the results table's columns (`_any_table`), each row's
+legend label (`curve_labels`), the mean over seeds with its bootstrap band (`_mean_band`,
+`BAND`), one fixed style per scheme (`scheme_style`) and per context-extension recipe
+(`METHOD_COLOURS`), bands and the figure's one legend (`_plot_bands`, `_legend`), and the
+selection of a suite's rows and the check of a figure's arguments (`_suite`, `_check`).
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+
+import pandas as pd
+
+from configs.extension_recipes import RECIPES
+from runs.plots import LEGEND_FONTSIZE, log_axis
+from sweeps.collect import bootstrap_high, bootstrap_low, configuration_columns
+
+# Every column the study figures read. A table lacks the columns of suites it has no results for
+# (a study without algorithmic runs has no `exact_match`); figures see them as empty.
+TABLE_COLUMNS = ("run", "scheme", "seed", "train_len", "task", "suite", "extension",
+                 "extension_factor", "protocol", "length", "multiplier", "ppl", "nll", "detail",
+                 "accuracy", "entropy", "entropy_uniform", "sink_mass", "size", "exact_match",
+                 "token_accuracy", "in_distribution")
+
+
+def _any_table(fig_fn):
+  """Lets `fig_fn(frame, ...)` take a results table that lacks some of TABLE_COLUMNS."""
+  @functools.wraps(fig_fn)
+  def wrapper(frame, *args, **kwargs):
+    missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
+    if missing:
+      frame = frame.assign(**{c: None for c in missing})
+    return fig_fn(frame, *args, **kwargs)
+  return wrapper
+
+
+def curve_labels(frame) -> pd.Series:
+  """Legend label of every row: the scheme, the config fields that vary between runs apart from
+  seeds and eval settings (the `cfg.*` columns sweeps.collect.configuration_columns groups the
+  summary by, e.g. model size), and the eval-time extension with its factor. A warm-started
+  child (a `method` column, the context-extension recipes) is named by its method; the fields
+  shown are those that vary among the from-scratch runs (a recipe's own fields, its learning
+  rate or factors, would otherwise fill the legend)."""
+  methods = (frame["method"].fillna("").astype(str) if "method" in frame
+             else pd.Series("", index=frame.index))
+  scratch = frame[methods == ""] if (methods == "").any() else frame
+  varying = [c for c in configuration_columns(frame.columns) if c.startswith("cfg.")
+             and scratch[c].nunique(dropna=False) > 1]
+
+  def label(row) -> str:
+    parts = [str(row.get("scheme", "model"))]
+    method = row.get("method")
+    if isinstance(method, str) and method:
+      parts.append(f"[{method}]")
+    parts += [f"{c.rsplit('.', 1)[-1]}={row[c]}" for c in varying]
+    ext = row.get("extension")
+    if isinstance(ext, str) and ext != "none":
+      factor = row.get("extension_factor")
+      parts.append(f"+ {ext}" + (f" x{factor:g}" if pd.notna(factor) and factor != 1 else ""))
+    return " ".join(parts)
+
+  if frame.empty:
+    return pd.Series([], dtype=str)
+  return frame.apply(label, axis=1)
+
+
+# What a figure's band is: the percentile bootstrap 95% interval of the mean over runs
+# (sweeps/collect.py `bootstrap_interval`, the summary's `_ci_low` / `_ci_high`), which with two
+# seeds is their min..max.
+BAND = "band = bootstrap 95% CI of the mean (2 seeds: min..max)"
+
+
+def _mean_band(frame, x: str, y: str):
+  """Per label: x values, the mean of y over runs (seeds) and the band ("min", "max": the
+  bootstrap 95% interval of the mean, `BAND`; mean..mean for one run), sorted by x."""
+  rows = frame.dropna(subset=[y]).assign(label=curve_labels(frame))
+  out = {}
+  for label, group in rows.groupby("label", sort=True):
+    stats = group.groupby(x)[y].agg(["mean", bootstrap_low, bootstrap_high]).sort_index()
+    stats.columns = ["mean", "min", "max"]
+    one = stats["min"].isna()
+    stats.loc[one, "min"] = stats.loc[one, "max"] = stats.loc[one, "mean"]
+    out[label] = stats
+  return out
+
+
+# One style per scheme in every figure, the same in all of them: the registry's schemes in a
+# fixed order, each a distinct (colour, line style) pair and its own marker. Colours are the
+# Okabe-Ito colour-blind-safe set without its yellow (too pale on white) and black (the
+# `train_len` markers are grey and black), plus a saddle brown and Paul Tol's indigo and olive,
+# so that the first nine schemes (those of the committed CPU study) each have a colour of their
+# own; the second round of colours is dash-dotted, the third dotted. Eval-time extensions of a scheme are dashed,
+# in Dark2 colours without its orange, gold and grey (too close to the vermillion of RoPE, the
+# scheme most extensions apply to, to learned's orange and to the train_len marker).
+SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
+                "xpos", "kerple_power", "sandwich", "cope", "rope_mixed", "p_rope", "hope",
+                "resonance_rope", "transformer_xl", "dape", "fope", "pope", "abacus", "bipe_rope",
+                "bipe_alibi")
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9")
+PALETTE = OKABE_ITO + ("#8B4513", "#332288", "#999933")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "+", "x", "1",
+           "2", "3", "4", "$\\alpha$", "$\\beta$")
+EXTENSION_COLOURS = ("#7570B3", "#E7298A", "#66A61E", "#1B9E77", "#A6761D")
+_STYLES = [{"color": PALETTE[i % len(PALETTE)],
+            "linestyle": ("-", "-.", ":")[i // len(PALETTE) % 3], "marker": MARKERS[i]}
+           for i in range(len(MARKERS))]
+
+# Context extension (warm-started children, `method` column): one colour per recipe, the same
+# for the fine-tuned child (solid) and for the method applied to the parent at evaluation only
+# (dashed); the parent black, references from scratch of other schemes grey and dotted.
+METHOD_COLOURS = dict(zip(RECIPES, PALETTE[1:] + PALETTE[:1]))
+
+
+def scheme_style(scheme: str) -> dict:
+  """Matplotlib style {color, linestyle, marker} of a scheme: fixed for the schemes in
+  SCHEME_ORDER (no two alike), a stable pick (crc32 of the name) for any other."""
+  if scheme in SCHEME_ORDER:
+    return dict(_STYLES[SCHEME_ORDER.index(scheme)])
+  return dict(_STYLES[zlib.crc32(scheme.encode()) % len(_STYLES)])
+
+
+def _style(label: str, extensions: list[str]) -> dict:
+  """Matplotlib line style of a curve label ("<scheme> [<method>] [cfg...] [+ <extension>
+  x<factor>]"): the scheme's `scheme_style`; a warm-started child's in its recipe's colour
+  (METHOD_COLOURS, solid, as the context-extension figures draw it); the curves of eval-time
+  extensions dashed, in EXTENSION_COLOURS taken in the order of `extensions` (the sorted
+  extension labels of the axes)."""
+  base, plus, _ = label.partition(" + ")
+  if plus:
+    return {"color": EXTENSION_COLOURS[extensions.index(label) % len(EXTENSION_COLOURS)],
+            "linestyle": "--", "marker": "o"}
+  scheme, bracket, rest = base.partition(" [")
+  if bracket:  # a warm-started child "<scheme> [<method>] ...": its recipe's colour
+    method = rest.partition("]")[0]
+    return {"color": METHOD_COLOURS.get(method, "#555555"), "linestyle": "-", "marker": "o"}
+  return scheme_style(scheme)
+
+
+def _plot_bands(ax, bands: dict) -> None:
+  extensions = sorted(label for label in bands if " + " in label)
+  for label, stats in bands.items():
+    line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label,
+                    **_style(label, extensions))
+    if (stats["max"] > stats["min"]).any():
+      ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
+
+
+def _legend(fig) -> None:
+  """One legend for the figure at LEGEND_FONTSIZE, the labelled artists of all its axes (each
+  label once), outside the axes: to the right of the top row's rightmost panel, from its top
+  down, so that no title runs into it (the figure must use layout="constrained")."""
+  handles = {}
+  for ax in fig.axes:
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(label, handle)
+  if not handles:
+    return
+  top = max(ax.get_position().y1 for ax in fig.axes)
+  anchor = max((ax for ax in fig.axes if ax.get_position().y1 >= top - 1e-6),
+               key=lambda ax: ax.get_position().x1)
+  anchor.legend(list(handles.values()), list(handles), loc="upper left",
+                bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=LEGEND_FONTSIZE)
+
+
+def _train_len(frame) -> int | None:
+  values = frame["train_len"].dropna().unique() if "train_len" in frame else []
+  return int(values[0]) if len(values) == 1 else None
+
+
+def _log_ppl_axis(ax) -> None:
+  """`log_axis` labelled as perplexity."""
+  log_axis(ax)
+  ax.set_ylabel("perplexity (per token)")
+
+
+PROTOCOLS = ("non_overlapping", "sliding")
+RETRIEVAL_SUITES = ("passkey", "needle", "niah_multikey", "niah_multivalue", "niah_multiquery",
+                    "variable_tracking", "common_words", "frequent_words")  # eval/needle.py SUITES
+ALGORITHMIC_METRICS = ("exact_match", "token_accuracy")
+
+
+def _check(name: str, value, allowed) -> None:
+  """Raises ValueError naming the argument and its allowed values."""
+  if value not in allowed:
+    raise ValueError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+def _suite(frame, suite: str, protocol: str | None = None, extensions: bool | None = False):
+  rows = frame[frame["suite"] == suite]
+  if protocol is not None and "protocol" in rows:
+    rows = rows[rows["protocol"] == protocol]
+  if extensions is False:
+    rows = rows[rows["extension"].fillna("none") == "none"]
+  return rows

@@ -1,0 +1,305 @@
+"""Study figures of a metric against evaluation length, one curve per scheme (mean over seeds,
+`BAND`): perplexity (as trained, with eval-time extensions, loss by position in the window),
+retrieval accuracy, attention diagnostics, any registered suite's headline metric; the
+algorithmic tasks' accuracy against instance size; and the extrapolation ratio (ppl at 8x /
+1x train_len) against model size or train_len.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from eval import suites as suites_registry
+from eval.plots import length_axis
+from runs.plots import subplots
+from sweeps.collect import bootstrap_high, bootstrap_low
+from sweeps.figure_style import ALGORITHMIC_METRICS, BAND, PROTOCOLS, RETRIEVAL_SUITES, \
+    _any_table, _check, _legend, _log_ppl_axis, _mean_band, _plot_bands, _suite, _train_len, \
+    curve_labels, scheme_style
+
+
+@_any_table
+def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False):
+  """Perplexity vs evaluation length per scheme (log-log), mean over seeds with its bootstrap
+  band (`BAND`).
+
+  Args:
+    frame: the results table; protocol: "non_overlapping" | "sliding" (perplexity protocol,
+      Press et al., arXiv 2108.12409, Section 4).
+    with_extensions: also draw every eval-time extension's curve (else the models as trained).
+
+  Returns:
+    A Figure, or None if the table has no ppl_vs_length rows for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
+  if rows.empty:
+    return None
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  _plot_bands(ax, _mean_band(rows, "length", "ppl"))
+  length_axis(ax, _train_len(rows))
+  _log_ppl_axis(ax)
+  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, {BAND}",
+               fontsize=9)
+  _legend(fig)
+  return fig
+
+
+@_any_table
+def fig_extensions(frame, protocol: str = "non_overlapping"):
+  """Eval-time extensions beside their base scheme: one panel per scheme that has any, the model
+  as trained and each (extension, factor) as curves of perplexity vs length.
+
+  Returns:
+    A Figure, or None if no run has an eval-time extension result for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS.
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  rows = _suite(frame, "ppl_vs_length", protocol, None)
+  extended = sorted(rows.loc[rows["extension"].fillna("none") != "none", "scheme"].unique())
+  if not extended:
+    return None
+  fig, axes = subplots(1, len(extended), figsize=(1.4 + 5 * len(extended), 4.2), dpi=110,
+                       squeeze=False, layout="constrained")
+  for ax, scheme in zip(axes[0], extended):
+    _plot_bands(ax, _mean_band(rows[rows["scheme"] == scheme], "length", "ppl"))
+    length_axis(ax, _train_len(rows))
+    _log_ppl_axis(ax)
+    ax.set_title(f"{scheme}: eval-time extensions ({protocol})", fontsize=9)
+  _legend(fig)
+  return fig
+
+
+@_any_table
+def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_overlapping"):
+  """Mean NLL vs token position in the window at one evaluation length, one curve per scheme
+  (mean over seeds of the per-bin NLL; loss_by_position rows' `detail` bins).
+
+  Args:
+    frame: the results table.
+    length: the evaluation length, tokens (default: the longest with results).
+    protocol: perplexity protocol of the rows to use.
+
+  Returns:
+    A Figure, or None if the table has no loss_by_position rows for `protocol`.
+
+  Raises:
+    ValueError: `protocol` is not one of PROTOCOLS, or no row was evaluated at `length` (the
+      message lists the lengths that were).
+  """
+  _check("protocol", protocol, PROTOCOLS)
+  rows = _suite(frame, "loss_by_position", protocol).dropna(subset=["detail", "nll"])
+  if rows.empty:
+    return None
+  evaluated = sorted(int(x) for x in rows["length"].unique())
+  length = evaluated[-1] if length is None else length
+  _check("length", length, evaluated)
+  rows = rows[rows["length"] == length]
+  bins = []
+  for _, row in rows.assign(label=curve_labels(rows)).iterrows():
+    for b in json.loads(row["detail"]):
+      if b.get("nll") is not None and b.get("tokens"):
+        bins.append({"label": row["label"], "x": ((b["start"] + 1) * b["end"]) ** 0.5,
+                     "nll": b["nll"]})
+  if not bins:
+    return None
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  _plot_bands(ax, _mean_band(pd.DataFrame(bins).assign(scheme=lambda d: d["label"]), "x", "nll"))
+  length_axis(ax, _train_len(rows))
+  ax.set_xlabel("context tokens (position in window + 1)")
+  ax.set_ylabel("NLL (nats per token)")
+  ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds", fontsize=9)
+  _legend(fig)
+  return fig
+
+
+@_any_table
+def fig_accuracy_vs_length(frame, suite: str = "passkey"):
+  """Retrieval accuracy (all depths) vs context length per scheme and extension, mean over
+  seeds with its bootstrap band (`BAND`).
+
+  Returns:
+    A Figure, or None if the table has no `suite` rows with an accuracy.
+
+  Raises:
+    ValueError: `suite` is not one of RETRIEVAL_SUITES.
+  """
+  _check("suite", suite, RETRIEVAL_SUITES)
+  rows = _suite(frame, suite, None, None)
+  bands = _mean_band(rows, "length", "accuracy") if not rows.empty else {}
+  if not bands:
+    return None
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  _plot_bands(ax, bands)
+  length_axis(ax, _train_len(rows))
+  ax.set_ylim(-0.02, 1.02)
+  ax.set_ylabel(f"{suite} accuracy")
+  ax.set_title(f"{suite} accuracy vs length; mean over seeds, {BAND}", fontsize=9)
+  _legend(fig)
+  return fig
+
+
+@_any_table
+def fig_algorithmic(frame, metric: str = "exact_match"):
+  """Accuracy per instance size on the algorithmic tasks: one panel per task, one curve per
+  scheme (mean over seeds, `BAND`), the largest trained size marked.
+
+  Args:
+    frame: the results table; metric: "exact_match" | "token_accuracy".
+
+  Returns:
+    A Figure, or None if the table has no algorithmic rows.
+
+  Raises:
+    ValueError: `metric` is not one of ALGORITHMIC_METRICS.
+  """
+  _check("metric", metric, ALGORITHMIC_METRICS)
+  rows = frame[frame["suite"] == "algorithmic"].dropna(subset=[metric])
+  if rows.empty:
+    return None
+  task_col = "task" if "task" in rows else None
+  tasks = sorted(rows[task_col].fillna("").unique()) if task_col else [""]
+  fig, axes = subplots(1, len(tasks), figsize=(1.4 + 5 * len(tasks), 4), dpi=110, squeeze=False,
+                       layout="constrained")
+  for ax, task in zip(axes[0], tasks):
+    sub = rows[rows[task_col].fillna("") == task] if task_col else rows
+    _plot_bands(ax, _mean_band(sub, "size", metric))
+    trained = sub.loc[sub["in_distribution"].astype(bool), "size"]
+    if not trained.empty:
+      ax.axvline(trained.max(), color="gray", linestyle="--",
+                 label=f"largest trained size {int(trained.max())}")
+    ax.set_xlabel("instance size")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{task or 'algorithmic'}: {metric.replace('_', ' ')} by size", fontsize=9)
+    ax.grid(True, alpha=0.3)
+  _legend(fig)
+  return fig
+
+
+
+@_any_table
+def fig_attention_vs_length(frame):
+  """Attention entropy (with the uniform ceiling) and sink mass vs length per scheme, mean over
+  layers, heads and seeds (`BAND`, over seeds): the attention suite's rows.
+
+  Returns:
+    A Figure, or None if the table has no attention rows.
+  """
+  rows = _suite(frame, "attention", None, None)
+  if rows.empty or rows["entropy"].dropna().empty:
+    return None
+  fig, (ax_e, ax_s) = subplots(1, 2, figsize=(12, 4.5), dpi=110, layout="constrained")
+  _plot_bands(ax_e, _mean_band(rows, "length", "entropy"))
+  ceiling = rows.dropna(subset=["entropy_uniform"]).groupby("length")["entropy_uniform"].first()
+  ax_e.plot(ceiling.index, ceiling.values, color="black", linestyle=":",
+            label="uniform over visible keys")
+  _plot_bands(ax_s, _mean_band(rows, "length", "sink_mass"))
+  for ax, ylabel in ((ax_e, "attention entropy (nats)"), (ax_s, "attention on the BOS (sink)")):
+    length_axis(ax, _train_len(rows))
+    ax.set_ylabel(ylabel)
+  ax_s.set_yscale("log")  # sink mass spans decades (about 1/L), far below 1
+  fig.suptitle("Attention diagnostics vs length (mean over layers, heads, windows, seeds)",
+               fontsize=10)
+  _legend(fig)
+  return fig
+
+
+@_any_table
+def fig_metric_vs_length(frame, suite: str):
+  """A registered suite's headline metric (its `Suite.metric` column) vs length per scheme and
+  extension, mean over seeds with its bootstrap band: the report's figure of a suite that has no
+  figure of its own.
+
+  Returns:
+    A Figure, or None if the suite declares no metric or the table has no such rows.
+
+  Raises:
+    ValueError: `suite` is not registered (eval/suites/).
+  """
+  _check("suite", suite, list(suites_registry.REGISTRY))
+  metric = suites_registry.REGISTRY[suite].metric
+  rows = _suite(frame, suite, None, None)
+  if metric is None or rows.empty or metric not in rows:
+    return None
+  bands = _mean_band(rows, "length", metric)
+  if not bands:
+    return None
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  _plot_bands(ax, bands)
+  length_axis(ax, _train_len(rows))
+  ax.set_ylabel(suites_registry.REGISTRY[suite].metric_label or metric)
+  ax.set_title(f"{suite}: {metric} vs length; mean over seeds, {BAND}", fontsize=9)
+  _legend(fig)
+  return fig
+
+
+RATIO_AXES = {"num_params": "parameters", "train_len": "train_len (tokens)"}
+
+
+def extrapolation_ratios(frame, multiplier: float = 8.0) -> pd.DataFrame:
+  """Per run (non-overlapping perplexity, no eval-time extension): ppl at `multiplier` x
+  train_len over ppl at 1x, with the run's scheme, seed, num_params and train_len; runs without
+  both lengths are left out."""
+  rows = _suite(frame, "ppl_vs_length", "non_overlapping")
+  out = []
+  for run, group in rows.groupby("run", sort=True):
+    by_mult = group.groupby("multiplier")["ppl"].mean()
+    at = {m: by_mult[m] for m in by_mult.index if np.isclose(m, multiplier) or np.isclose(m, 1)}
+    long = next((v for m, v in at.items() if np.isclose(m, multiplier)), None)
+    short = next((v for m, v in at.items() if np.isclose(m, 1.0)), None)
+    if long is None or short is None or not short > 0:
+      continue
+    first = group.iloc[0]
+    out.append({"run": run, "scheme": first.get("scheme"), "seed": first.get("seed"),
+                "num_params": first.get("num_params"), "train_len": first.get("train_len"),
+                "ratio": long / short})
+  return pd.DataFrame(out, columns=["run", "scheme", "seed", "num_params", "train_len", "ratio"])
+
+
+@_any_table
+def fig_extrapolation_ratio(frame, axis: str = "num_params", multiplier: float = 8.0):
+  """Extrapolation ratio (ppl at `multiplier` x train_len / ppl at train_len, non-overlapping
+  windows) against model size or training length, one line per scheme: mean over seeds with the
+  bootstrap band (`BAND`); the size and length axes of a study (sweeps/study.py model_sizes,
+  train_lengths).
+
+  Args:
+    frame: the results table; axis: "num_params" | "train_len"; multiplier: the long length.
+
+  Returns:
+    A Figure, or None when the table has fewer than two values of `axis`.
+
+  Raises:
+    ValueError: `axis` is not one of RATIO_AXES.
+  """
+  _check("axis", axis, RATIO_AXES)
+  ratios = extrapolation_ratios(frame, multiplier).dropna(subset=[axis])
+  if ratios[axis].nunique() < 2:
+    return None
+  fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  for scheme, group in ratios.groupby("scheme", sort=True):
+    stats = group.groupby(axis)["ratio"].agg(["mean", bootstrap_low, bootstrap_high]).sort_index()
+    stats.columns = ["mean", "lo", "hi"]
+    style = scheme_style(str(scheme))
+    line, = ax.plot(stats.index, stats["mean"], label=str(scheme), markersize=5, **style)
+    band = stats.dropna()
+    if len(band) and (band["hi"] > band["lo"]).any():
+      ax.fill_between(band.index, band["lo"], band["hi"], color=line.get_color(), alpha=0.2)
+  ax.axhline(1.0, color="gray", linestyle=":", linewidth=1)
+  ax.set_xscale("log", base=10 if axis == "num_params" else 2)
+  ax.set_yscale("log")
+  ax.set_xlabel(RATIO_AXES[axis])
+  ax.set_ylabel(f"ppl at {multiplier:g}x train_len / ppl at 1x")
+  ax.set_title(f"Extrapolation ratio vs {RATIO_AXES[axis]}; mean over seeds, {BAND}", fontsize=9)
+  ax.grid(True, which="both", alpha=0.3)
+  _legend(fig)
+  return fig
