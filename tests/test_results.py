@@ -91,25 +91,27 @@ def test_a_folder_of_result_files_is_collected_by_file_name_prefix(tmp_path):
     collect.collect(str(folder))
 
 
-def test_addition_grid_rows_of_results_readme_are_the_committed_grids():
-  """results/README.md's addition-grid table states what the committed JSONs hold."""
+def page_row(page: str, prefix: str) -> list[str]:
+  """The cells of the first table row of results/<page> that starts with `prefix`."""
+  text = open(os.path.join(RESULTS, page)).read()
+  row = next(line for line in text.splitlines() if line.startswith(prefix))
+  return [c.strip() for c in row.split("|")[1:-1]]
+
+
+def test_addition_grid_page_states_what_the_committed_grids_hold():
+  """results/addition_grid_cpu.md's grid table (rendered by sweeps.findings from the collected
+  table) equals what the committed eval JSONs hold, read here directly."""
   import json
-  text = open(os.path.join(RESULTS, "README.md")).read()
-  text = text[text.index("### Addition on a grid"):]
-  text = text[:text.index("\n## ")]
   for scheme in ("alibi", "rope", "none", "abacus"):
     grid = json.load(open(os.path.join(RESULTS, "addition_grid_cpu", f"kind={scheme}", "eval",
                                        "algorithmic.json")))["grid"]
     m = grid["exact_match"]
-    row = next(line for line in text.splitlines() if line.startswith(f"| `{scheme}`")
-               and line.count("|") == 10)
-    cells = [c.strip() for c in row.split("|")[1:-1]]
-    assert cells[2] == f"{grid['in_distribution_exact_match']:.3f}"
-    assert cells[3] == f"{m[0][0]:.2f} / {m[1][1]:.2f} / {m[2][2]:.2f}"
-    assert cells[4] == f"{m[0][1]:.2f} / {m[1][0]:.2f}"
-    assert cells[5] == f"{m[0][4]:.2f} / {m[4][0]:.2f}"
-    assert cells[6] == f"{grid['one_operand_beyond_exact_match']:.3f}"
-    assert cells[7] == f"{grid['beyond_exact_match']:.3f}"
+    cells = page_row("addition_grid_cpu.md", f"| `{scheme}` | 0.")
+    assert cells[1] == f"{grid['in_distribution_exact_match']:.3f}"
+    assert cells[2:9] == [f"{m[a - 1][b - 1]:.2f}"
+                          for a, b in ((1, 1), (2, 2), (3, 3), (1, 2), (2, 1), (1, 5), (5, 1))]
+    assert cells[9] == f"{grid['one_operand_beyond_exact_match']:.3f}"
+    assert cells[10] == f"{grid['beyond_exact_match']:.3f}"
 
 
 def test_a_task_study_summary_gives_exact_match_inside_and_beyond_the_trained_sizes():
@@ -140,37 +142,33 @@ def test_bootstrap_intervals_and_overlaps_on_hand_made_runs():
   assert got == ["b", "a", "", ""]  # c is apart; a at train_len 16 has no peer
 
 
-def test_synthetic_study_rows_of_results_readme_are_the_committed_jsons():
-  """results/README.md's synthetic-tasks tables state what the committed JSONs hold."""
+def test_synthetic_study_page_states_what_the_committed_jsons_hold():
+  """results/synthetic_tasks_cpu.md's tables (rendered by sweeps.findings from the collected
+  table) equal what the committed eval JSONs hold, read here directly."""
   import json
-  text = open(os.path.join(RESULTS, "README.md")).read()
-  text = text[text.index("## Schemes on four synthetic tasks"):]
-  text = text[:text.index("\n## ")]
   folder = os.path.join(RESULTS, "synthetic_tasks_cpu")
-  for task, name, n in (("task_mqar", "MQAR (n = 8 pairs)", 8),
-                        ("task_flip_flop", "flip-flop (n = 16)", 16)):
+  for task, name, n in (("task_mqar", "mqar", 8), ("task_flip_flop", "flip flop", 16)):
     for scheme in ("none", "alibi", "rope"):
       rows = json.load(open(os.path.join(folder, f"config={task},kind={scheme}", "eval",
                                          "algorithmic.json")))["rows"]
       em = {r["size"]: r["exact_match"] for r in rows}
       tok = {r["size"]: r["token_accuracy"] for r in rows}
-      row = next(l for l in text.splitlines() if l.startswith(f"| {name} | `{scheme}`"))
-      cells = [c.strip() for c in row.split("|")[1:-1]]
+      cells = page_row("synthetic_tasks_cpu.md", f"| {name} `{scheme}` |")
+      assert cells[1] == str(n)
       assert cells[2] == f"{np.mean([v for s, v in em.items() if s <= n]):.3f}"
-      assert cells[3:5] == [f"{em[n]:.2f}", f"{em[n + 1]:.2f}"]
-      assert cells[5] == f"{np.mean([v for s, v in em.items() if s > n]):.3f}"
-      assert cells[6] == f"{tok[n]:.3f} / {tok[2 * n]:.3f} / {tok[4 * n]:.3f}"
+      assert cells[3:5] == [f"{em[n]:.3f}", f"{em[n + 1]:.3f}"]
+      assert cells[5] == f"{np.mean([v for s, v in em.items() if n < s <= 4 * n]):.3f}"
+      assert cells[6:9] == [f"{tok[n]:.3f}", f"{tok[2 * n]:.3f}", f"{tok[4 * n]:.3f}"]
   for scheme in ("none", "alibi", "rope"):
     grid = json.load(open(os.path.join(folder, f"config=task_addition_grid,kind={scheme}",
                                        "eval", "algorithmic.json")))["grid"]
     m = grid["exact_match"]
-    row = next(l for l in text.splitlines() if l.startswith(f"| `{scheme}` |"))
-    cells = [c.strip() for c in row.split("|")[1:-1]]
-    assert cells[1:] == [f"{grid['in_distribution_exact_match']:.3f}",
-                         f"{m[0][0]:.2f} / {m[1][1]:.2f} / {m[2][2]:.2f}",
-                         f"{m[0][1]:.2f} / {m[1][0]:.2f}",
-                         f"{grid['one_operand_beyond_exact_match']:.3f}",
+    cells = page_row("synthetic_tasks_cpu.md", f"| `{scheme}` | 0.")
+    assert cells[1:4] == [f"{grid['in_distribution_exact_match']:.3f}", f"{m[0][0]:.2f}",
+                          f"{m[1][1]:.2f}"]
+    assert cells[9:] == [f"{grid['one_operand_beyond_exact_match']:.3f}",
                          f"{grid['beyond_exact_match']:.3f}"]
     needle = json.load(open(os.path.join(folder, f"config=niah_multikey_tiny,kind={scheme}",
                                          "eval", "niah_multikey.json")))
     assert [r["accuracy"] for r in needle["rows"]] == [0.0, 0.0, 0.0]
+    assert page_row("synthetic_tasks_cpu.md", f"| `{scheme}` | 0.00 |")[1:] == ["0.00"] * 3

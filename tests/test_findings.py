@@ -1,0 +1,122 @@
+"""sweeps.findings: the findings pages' tables are what the committed data give, and the renderer
+pools seeds as it says (hand-made tables with hand-computed cells)."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from configs.errors import ConfigError
+from sweeps import findings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = sorted(glob.glob(os.path.join(ROOT, "results", "*.md")))
+
+
+def test_every_findings_page_is_rendered_from_the_committed_data():
+  with_tables = [p for p in PAGES if findings.BLOCK.search(open(p).read())]
+  assert len(with_tables) >= 4  # the studies with committed run folders
+  assert findings.stale_pages(PAGES) == []
+
+
+def test_check_flags_a_page_whose_table_was_edited_by_hand(tmp_path):
+  page = tmp_path / "study.md"
+  source = open(os.path.join(ROOT, "results", "addition_grid_cpu.md")).read()
+  page.write_text(source.replace(  # the same tables, the page in another folder
+      "<!-- table addition_grid_cpu", f"<!-- table {os.path.join(ROOT, 'results', 'addition_grid_cpu')}"))
+  assert findings.stale_pages([str(page)]) == []
+  page.write_text(page.read_text().replace("| `rope` | 0.275", "| `rope` | 0.975"))
+  cli = [sys.executable, "-m", "sweeps.findings", "--check", str(page)]
+  proc = subprocess.run(cli, cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1 and f"stale: {page}" in proc.stdout, proc.stdout + proc.stderr
+  proc = subprocess.run(cli[:3] + [str(page)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0 and "| `rope` | 0.275" in page.read_text()
+
+
+def ppl_table(values_by_scheme):
+  rows = []
+  for scheme, per_seed in values_by_scheme.items():
+    for seed, values in enumerate(per_seed):
+      for length, ppl in zip((256, 512), values):
+        rows.append({"run": f"{scheme}{seed}", "scheme": scheme, "seed": seed, "length": length,
+                     "multiplier": length / 256, "ppl": ppl, "suite": "ppl_vs_length",
+                     "extension": "none", "extension_factor": 1.0, "skipped": None})
+  return pd.DataFrame(rows)
+
+
+def test_pivot_cells_pool_seeds_as_stated(tmp_path):
+  frame = ppl_table({"one": [(5.0, 6.0)], "two": [(5.0, 7.0), (6.0, 9.0)],
+                     "three": [(1.0, 2.0), (2.0, 2.0), (3.0, 2.0)]})
+  path = tmp_path / "t.parquet"
+  frame.to_parquet(path)
+  page = tmp_path / "p.md"
+  page.write_text("<!-- table t.parquet rows=scheme columns=length value=ppl -->\n"
+                  "<!-- end table -->\n")
+  text = findings.render_page(str(page))
+  lines = text.splitlines()
+  assert lines[1] == "| scheme | 256 (1x) | 512 (2x) |"
+  assert lines[3] == "| `one` | 5.00 | 6.00 |"
+  assert lines[4] == "| `two` | 5.50 (5.00-6.00) | 8.00 (7.00-9.00) |"
+  # 1, 2, 3: mean 2, sample sd 1, t(0.975, 2 df) = 4.3027 -> half-width 4.3027 / sqrt(3) = 2.48
+  assert lines[5] == "| `three` | 2.00 ± 2.48 | 2.00 ± 0.00 |"
+  assert ("Cells: one run: its value; two seeds: mean (the range of the 2 seeds; not an "
+          "interval); n = 3 seeds: mean ± half-width of the 95% t-interval of the mean.") in text
+
+
+def test_filters_and_bad_blocks_are_one_line_errors(tmp_path):
+  frame = ppl_table({"rope": [(5.0, 6.0)]})
+  frame.to_parquet(tmp_path / "t.parquet")
+  page = tmp_path / "p.md"
+  for spec, message in [("t.parquet rows=scheme columns=length value=ppl scheme=alibi",
+                         "keep no row"),
+                        ("t.parquet rows=scheme columns=length value=nll", "value=<a column"),
+                        ("t.parquet rows=seeds columns=length value=ppl", "no column 'seeds'"),
+                        ("t.parquet kind=histogram", "kind='histogram'"),
+                        ("missing.parquet", "no collected table"),
+                        ("rows=scheme", "first word must be the table's path")]:
+    page.write_text(f"<!-- table {spec} -->\n<!-- end table -->\n")
+    with pytest.raises(ConfigError, match=message) as info:
+      findings.render_page(str(page))
+    assert "\n" not in str(info.value) and str(page) in str(info.value)
+  proc = subprocess.run([sys.executable, "-m", "sweeps.findings", str(page)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_task_statistics_by_hand(tmp_path):
+  """n = 2 trained sizes; sizes 1..8: exact match 1..n = mean(1.0, 0.8), beyond = mean over
+  3..8, token accuracy at n, 2n, 4n."""
+  exact = [1.0, 0.8, 0.5, 0.3, 0.1, 0.0, 0.0, 0.0]
+  rows = [{"run": "r", "scheme": "alibi", "seed": 0, "suite": "algorithmic", "task": "copy",
+           "size": s, "exact_match": e, "token_accuracy": 1 - s / 10, "in_distribution": s <= 2}
+          for s, e in zip(range(1, 9), exact)]
+  pd.DataFrame(rows).to_parquet(tmp_path / "t.parquet")
+  page = tmp_path / "p.md"
+  page.write_text("<!-- table t.parquet kind=tasks rows=task,scheme -->\n<!-- end table -->\n")
+  line = findings.render_page(str(page)).splitlines()[3]
+  assert line == "| copy `alibi` | 2 | 0.900 | 0.800 | 0.500 | 0.150 | 0.800 | 0.600 | 0.200 |"
+
+
+def test_grid_statistics_by_hand(tmp_path):
+  """A 6 x 6 grid trained on 1..2 digits: cell (a, b) = a / 10 + b / 100."""
+  rows = [{"run": "r", "scheme": "abacus", "seed": 0, "suite": "algorithmic", "size": a,
+           "in_distribution": a <= 2, "exact_match": a / 10 + a / 100,
+           "detail": json.dumps({str(b): a / 10 + b / 100 for b in range(1, 7)})}
+          for a in range(1, 7)]
+  pd.DataFrame(rows).to_parquet(tmp_path / "t.parquet")
+  page = tmp_path / "p.md"
+  page.write_text("<!-- table t.parquet kind=grid rows=scheme -->\n<!-- end table -->\n")
+  lines = findings.render_page(str(page)).splitlines()
+  assert lines[1].startswith("| scheme | training square 1..2 (mean) | (1,1) | (2,2) | (3,3) |")
+  cells = [c.strip() for c in lines[3].strip("|").split("|")]
+  square = (0.11 + 0.12 + 0.21 + 0.22) / 4
+  one_beyond = [a / 10 + b / 100 for a in (1, 2) for b in range(3, 7)]
+  one_beyond += [a / 10 + b / 100 for a in range(3, 7) for b in (1, 2)]
+  beyond = [a / 10 + b / 100 for a in range(1, 7) for b in range(1, 7) if a > 2 or b > 2]
+  assert cells == ["`abacus`", f"{square:.3f}", "0.11", "0.22", "0.33", "0.12", "0.21", "0.15",
+                   "0.51", f"{sum(one_beyond) / len(one_beyond):.3f}",
+                   f"{sum(beyond) / len(beyond):.3f}"]
