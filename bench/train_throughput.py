@@ -3,6 +3,7 @@
   python bench/train_throughput.py                       # tiny and d512, 20 timed steps each
   python bench/train_throughput.py --configs=d512 --steps=40 --prefetch=0,4
   python bench/train_throughput.py --configs=tiny --kinds=alibi,rope,dape,fope,pope --steps=10
+  python bench/train_throughput.py --configs=tiny,llama_tiny --kinds=alibi,rope --steps=20
 
 For each model it builds the real training step of train.py (`train.make_step_fn`: the same
 jit, shardings, optimizer and loss) on the real data pipeline of its config, and reports:
@@ -20,7 +21,8 @@ jit, shardings, optimizer and loss) on the real data pipeline of its config, and
 
 Models (ALiBi, byte vocabulary, train_len 256, float32): `tiny` = configs/alibi_tiny.py
 (4 layers, d_model 128, batch 16); `d512` = 4 layers, d_model 512, 8 heads, mlp_dim 2048,
-batch 8. `--prefetch` sweeps data.prefetch_batches (grain's background read-ahead, batches).
+batch 8; `llama_tiny` = configs/llama_tiny.py (alibi_tiny's budget with SwiGLU, an untied head
+and grouped-query attention, 4 query / 2 KV heads). `--prefetch` sweeps data.prefetch_batches (grain's background read-ahead, batches).
 Slow by design (minutes): it lives here, not in the tests. Results go in bench/RESULTS.md with
 the machine they were measured on.
 """
@@ -40,7 +42,7 @@ from absl import app, flags  # noqa: E402
 
 from runs import optimizer  # noqa: E402
 import train  # noqa: E402
-from configs import alibi_tiny  # noqa: E402
+from configs import alibi_tiny, llama_tiny  # noqa: E402
 from data import pipeline  # noqa: E402
 from data.tokenizers import get_tokenizer  # noqa: E402
 from models import sharding  # noqa: E402
@@ -50,7 +52,7 @@ from our_step import refuse
 from runs import distributed
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("configs", ["tiny", "d512"], "models to measure: tiny, d512")
+flags.DEFINE_list("configs", ["tiny", "d512"], "models to measure: tiny, d512, llama_tiny")
 flags.DEFINE_list("kinds", ["alibi"], "model.position.kind values to measure on each model "
                   "(the registry's kinds; alibi is the configs' own)")
 flags.DEFINE_integer("steps", 20, "timed steps per measurement (after 3 warm-up steps)")
@@ -63,13 +65,13 @@ def model_config(name: str, kind: str = "alibi"):
   from models import positions
   if kind not in positions.REGISTRY:
     refuse(f"--kinds: unknown scheme {kind!r}; choose from {sorted(positions.REGISTRY)}")
-  c = alibi_tiny.get_config()
+  c = llama_tiny.get_config() if name == "llama_tiny" else alibi_tiny.get_config()
   c.model.position.kind = kind
   if name == "d512":
     c.model.d_model, c.model.num_heads, c.model.mlp_dim = 512, 8, 2048
     c.data.batch_size = 8
-  elif name != "tiny":
-    refuse(f"--configs: unknown model {name!r}; choose tiny or d512")
+  elif name not in ("tiny", "llama_tiny"):
+    refuse(f"--configs: unknown model {name!r}; choose tiny, d512 or llama_tiny")
   return c
 
 

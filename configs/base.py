@@ -22,13 +22,20 @@ def get_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.source = "shakespeare"  # "shakespeare" (embedded default, fetched on first use) | "text_files"
                                  # | "array_record" (token shards of python -m data.prepare).
-  c.data.text_glob = ""  # glob of UTF-8 .txt files, one document each, for source="text_files".
+  c.data.text_glob = ""  # source="text_files": glob of UTF-8 .txt files (one document each) or of
+                        # record files, one document per record: JSON lines (.jsonl/.json,
+                        # .jsonl.gz, .jsonl.zst) or parquet; another extension is refused
+                        # (data/corpus_formats.py; the documents python -m data.prepare makes).
+  c.data.text_field = "text"  # record files: the JSON key / parquet column holding the text.
+  c.data.id_field = ""  # record files: the key / column naming a document (its split depends on
+                        # the name); "" = "<file stem>:<line or row number>".
   c.data.array_record_dir = ""  # source="array_record": the directory python -m data.prepare wrote
                                 # (local or a mounted bucket); its split and tokenizer must match
                                 # data.validation_fraction / test_fraction and data.tokenizer.
   c.data.cache_dir = ""  # download cache; "" = $PE_SWEEPS_CACHE or $XDG_CACHE_HOME/pe_sweeps.
   c.data.tokenizer = "byte"  # "byte": 256 byte ids + BOS/EOS/PAD (vocab 259) | "sentencepiece:<path
-                             # to .model>" (e.g. <array_record_dir>/tokenizer.model; data/tokenizers.py).
+                             # to .model>" (e.g. <array_record_dir>/tokenizer.model; data/tokenizers.py)
+                             # | "hf:<tokenizer.json or its folder>" (data/hf_tokenizer.py).
   c.data.validation_fraction = 0.1  # share of documents held out for validation (whole documents).
   c.data.test_fraction = 0.1  # share of documents held out for test (whole documents).
   c.data.train_len = 256  # training context length, tokens.
@@ -75,6 +82,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.d_model = 256  # residual stream width.
   c.model.num_heads = 4  # attention heads.
   c.model.head_dim = -1  # per-head width; -1 = d_model // num_heads.
+  # Key/value heads (grouped-query attention, Ainslie et al., arXiv 2305.13245): each group of
+  # num_heads // num_kv_heads query heads shares one; -1 = num_heads (multi-head), 1 = multi-query.
+  c.model.num_kv_heads = -1
+  # RMS normalisation of queries and keys before the positional hooks: "none" | "head" (over each
+  # head's head_dim, one learned scale: Qwen3, Gemma 3) | "full" (over the whole q and k
+  # projections: OLMo 2, arXiv 2501.00656).
+  c.model.qk_norm = "none"
+  c.model.qkv_bias = False  # biases on the q, k and v projections (Qwen2).
+  c.model.norm_eps = 1e-6  # epsilon of every RMSNorm (the blocks', the final one, the QK-norms).
   c.model.mlp_dim = 1024  # hidden width of the MLP.
   c.model.mlp_activation = "gelu"  # "gelu" (GPT-2) | "swiglu" (Shazeer 2020, arXiv 2002.05202).
   c.model.tie_embeddings = True  # output projection = transposed token embedding.

@@ -16,6 +16,7 @@ from data.retrieval_checks import check_retrieval
 from data.tokenizers import get_tokenizer
 from eval import suites as suites_registry
 from models import extensions, position_transforms, positions
+from models.attention import QK_NORMS
 from models.positions.base import KERNEL_BLOCK_FIELDS
 from models.spec import model_spec
 from runs import wandb_log
@@ -45,15 +46,7 @@ def validate(config, num_devices: int) -> None:
                "train.eval_tokens", "eval.batch_tokens"):
     positive_int(config, path)
   m = config.model
-  if m.head_dim == -1 and m.d_model % m.num_heads:
-    raise ConfigError(f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
-                      "(or set model.head_dim)")
-  if m.head_dim != -1 and (not isinstance(m.head_dim, int) or m.head_dim < 1):
-    raise ConfigError(f"model.head_dim must be a positive integer or -1; got {m.head_dim!r}")
-  choice(m.mlp_activation, "model.mlp_activation", ACTIVATIONS)
-  choice(m.dtype, "model.dtype", DTYPES)
-  choice(m.param_dtype, "model.param_dtype", DTYPES)
-  choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
+  check_model(config)  # the decoder's shape: heads, KV heads, QK-norm, dtypes
   for field in KERNEL_BLOCK_FIELDS:  # models/kernels/flash.py BlockSizes
     size = m.get(f"kernel_{field}", 0)
     if isinstance(size, bool) or not isinstance(size, int) or not (
@@ -136,6 +129,38 @@ def validate(config, num_devices: int) -> None:
         f"devices mesh.data*mesh.fsdp={data * fsdp}")
 
 
+def check_model(config) -> None:
+  """The decoder's shape fields: head_dim, num_kv_heads (grouped-query attention), qk_norm,
+  qkv_bias, norm_eps, the MLP activation, dtypes and the attention implementation.
+
+  Raises:
+    ConfigError: the first bad field, naming it and the allowed values; also a positional
+      scheme that cannot run with num_kv_heads < num_heads (none today: every scheme runs under
+      grouped-query attention, models/attention.py).
+  """
+  m = config.model
+  if m.head_dim == -1 and m.d_model % m.num_heads:
+    raise ConfigError(f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
+                      "(or set model.head_dim)")
+  if m.head_dim != -1 and (not isinstance(m.head_dim, int) or m.head_dim < 1):
+    raise ConfigError(f"model.head_dim must be a positive integer or -1; got {m.head_dim!r}")
+  choice(m.mlp_activation, "model.mlp_activation", ACTIVATIONS)
+  choice(m.dtype, "model.dtype", DTYPES)
+  choice(m.param_dtype, "model.param_dtype", DTYPES)
+  choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
+  kv = m.get("num_kv_heads", -1)
+  if isinstance(kv, bool) or not isinstance(kv, int) or not (
+      kv == -1 or (kv >= 1 and m.num_heads % kv == 0)):
+    raise ConfigError(f"model.num_kv_heads must be -1 (= model.num_heads) or a divisor of "
+                      f"model.num_heads={m.num_heads} (1 = multi-query); got {kv!r}")
+  choice(m.get("qk_norm", "none"), "model.qk_norm", QK_NORMS)
+  if not isinstance(m.get("qkv_bias", False), bool):
+    raise ConfigError(f"model.qkv_bias must be True or False; got {m.qkv_bias!r}")
+  eps = m.get("norm_eps", 1e-6)
+  if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+    raise ConfigError(f"model.norm_eps must be a number in (0, 1), e.g. 1e-6; got {eps!r}")
+
+
 def check_evaluation(config) -> None:
   """The fields of the held-out evaluation: data.validation_fraction / test_fraction against
   eval.split, eval.length_multipliers (lengths of >= 1 token), eval.protocol, stride and
@@ -181,10 +206,23 @@ def check_data_source(config) -> None:
   Raises:
     ConfigError: an unknown data.source; data.array_record_dir set with another source, or a
       URL (ArrayRecord reads local or mounted paths); data.passkey.fraction > 0 with
-      source="array_record" (passkey training documents are made from the training text).
+      source="array_record" (passkey training documents are made from the training text);
+      data.text_field not a non-empty string or data.id_field not a string, or either changed
+      from its default with a source other than "text_files" (data/corpus_formats.py reads them).
   """
   d = config.data
   choice(d.source, "data.source", corpus_sources.SOURCES)
+  text_field, id_field = d.get("text_field", "text"), d.get("id_field", "")
+  if not isinstance(text_field, str) or not text_field:
+    raise ConfigError(f"data.text_field must name the JSON key / parquet column of the text "
+                      f"(default 'text'); got {text_field!r}")
+  if not isinstance(id_field, str):
+    raise ConfigError(f"data.id_field must be a key / column name or '' ('' = <file stem>:<line "
+                      f"or row number>); got {id_field!r}")
+  for name, value, default in (("text_field", text_field, "text"), ("id_field", id_field, "")):
+    if value != default and d.source != "text_files":
+      raise ConfigError(f"data.{name}={value!r} is only read with data.source='text_files' (record "
+                        f"files of data.text_glob); got data.source={d.source!r}")
   directory = d.get("array_record_dir", "")
   if not isinstance(directory, str):
     raise ConfigError(f"data.array_record_dir must be a path (a string); got {directory!r}")

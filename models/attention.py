@@ -5,7 +5,7 @@ The attention module knows nothing of any scheme: it calls `scheme.rotate` on q/
 (`attention_logits` + `attend`, as `dot_product_attention`).
 With `model.attention_impl="pallas"` it instead asks the scheme for a `kernel_spec` and runs the
 fused flash kernel (models/kernels/flash.py), falling back to the XLA path, with a logged reason,
-where the scheme or the layer's options rule the kernel out (see `Attention._kernel_spec`).
+where the scheme or the layer's options rule the kernel out (models/attention_path.py).
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from flax import nnx
 
-from models import context_parallel
+from models import attention_path, context_parallel
 from models.kernels import flash, partition
-from models.kernels.spec import KernelSpec
+from models.norms import RMSNorm
 from models.position_transforms import PositionTransform, attention_temperature_scale
 from models.positions import Dims, PositionalScheme
 
@@ -36,7 +35,8 @@ class KVCache:
   one rotation of the cache per step.
 
   Attributes:
-    k, v: [batch, max_len, heads, head_dim] in the compute dtype; slots >= index are unused.
+    k, v: [batch, max_len, kv_heads, head_dim] in the compute dtype (kv_heads = model.num_kv_heads:
+      a grouped-query cache holds each shared key/value head once); slots >= index are unused.
     positions: int32 [batch, max_len] position ids of the cached slots (shared by all layers).
     segment_ids: int32 [batch, max_len] document ids of the cached slots.
     index: int32 scalar, the slot of the first token of the current call.
@@ -195,19 +195,44 @@ def logn_scale(positions: jax.Array, train_len: int) -> jax.Array:
   return jnp.log(positions.astype(jnp.float32) + 1.0) / np.log(train_len)
 
 
-class Attention(nnx.Module):
-  """Multi-head causal self-attention (one layer).
+# model.qk_norm: where queries and keys are RMS-normalised (before any positional hook).
+QK_NORMS = ("none", "head", "full")
 
-  Parameters: wq, wk, wv [d_model, heads, head_dim] ("embed", "heads", "head_dim") and
-  wo [heads, head_dim, d_model]; init normal(init_std), wo scaled by 1/sqrt(2 * num_layers)
-  (GPT-2, Radford et al. 2019).
+
+def repeat_kv(x: jax.Array, heads: int) -> jax.Array:
+  """[batch, len, kv_heads, head_dim] -> [batch, len, heads, head_dim]: each KV head repeated for
+  its group of heads // kv_heads consecutive query heads (query head h reads KV head
+  h // group; the convention of Llama's `repeat_kv`). The input itself when kv_heads == heads."""
+  group = heads // x.shape[2]
+  return x if group == 1 else jnp.repeat(x, group, axis=2)
+
+
+class Attention(nnx.Module):
+  """Causal self-attention (one layer): multi-head, grouped-query or multi-query.
+
+  Parameters: wq [d_model, heads, head_dim] ("embed", "heads", "head_dim"), wk and wv
+  [d_model, kv_heads, head_dim] ("embed", "kv_heads", "head_dim"; kv_heads = model.num_kv_heads,
+  grouped-query attention, Ainslie et al., arXiv 2305.13245), wo [heads, head_dim, d_model]; init
+  normal(init_std), wo scaled by 1/sqrt(2 * num_layers) (GPT-2, Radford et al. 2019). With
+  `qkv_bias` (Qwen2): bq [heads, head_dim], bk and bv [kv_heads, head_dim], zeros. With
+  `qk_norm`: q_norm and k_norm, RMSNorms with a learned scale, over each head's head_dim
+  ("head": scale [head_dim], shared by the heads; Qwen3, Gemma 3) or over the whole projection
+  ("full": scale [heads x head_dim] / [kv_heads x head_dim]; OLMo 2, arXiv 2501.00656).
+
+  Order of operations, and where each positional hook sits: projections (+ biases) -> QK-norm ->
+  `scheme.rotate` (on the normalised q and k) -> log-n / temperature scaling of the queries ->
+  logits + `scheme.bias` (contextual biases see the normalised, rotated q and k, each query
+  head with its group's key) -> softmax -> values. `scheme.embed` acts before the block, on the
+  token embeddings.
   """
 
   def __init__(self, dims: Dims, layer: int, *, dtype, rngs: nnx.Rngs, chunk: int = 0,
                window: int = 0, logn_scaling: bool = False,
-               transform: PositionTransform = PositionTransform(), temperature: str = ""):
+               transform: PositionTransform = PositionTransform(), temperature: str = "",
+               qk_norm: str = "none", qkv_bias: bool = False, norm_eps: float = 1e-6):
     """Args:
-      dims: model sizes; layer: this block's index (passed to the scheme's hooks).
+      dims: model sizes (num_heads, kv_heads, head_dim, ...); layer: this block's index (passed
+        to the scheme's hooks).
       chunk: query chunk length in tokens for long sequences (0 = never chunk).
       window: sliding-window size in tokens for this layer (0 = full causal attention).
       logn_scaling: scale queries by log(n) / log(train_len), n = position + 1 (see `logn_scale`).
@@ -215,15 +240,37 @@ class Attention(nnx.Module):
       temperature: eval-time attention temperature of this layer, a form of
         `position_transforms.TEMPERATURE_FORMS` ("" = none): queries times
         `attention_temperature_scale(positions, train_len, temperature)`, 1 up to train_len.
+      qk_norm: one of QK_NORMS (model.qk_norm); qkv_bias: biases on q, k, v (model.qkv_bias);
+      norm_eps: the QK-norms' epsilon (model.norm_eps).
+
+    Raises:
+      ValueError: an unknown qk_norm, or kv_heads not dividing num_heads (configs/validate.py
+        refuses both first, naming the field).
     """
+    if qk_norm not in QK_NORMS:
+      raise ValueError(f"qk_norm must be one of {QK_NORMS}; got {qk_norm!r}")
+    h, kv, hd = dims.num_heads, dims.kv_heads, dims.head_dim
+    if h % kv:
+      raise ValueError(f"num_kv_heads={kv} must divide num_heads={h}")
     init = nnx.initializers.normal(dims.init_std)
     out_init = nnx.initializers.normal(dims.init_std / np.sqrt(2 * dims.num_layers))
-    qkv_shape = (dims.d_model, dims.num_heads, dims.head_dim)
-    qkv_axes = ("embed", "heads", "head_dim")
     pd = dims.param_dtype
-    self.wq = nnx.Param(init(rngs.params(), qkv_shape, pd), logical_axes=qkv_axes)
-    self.wk = nnx.Param(init(rngs.params(), qkv_shape, pd), logical_axes=qkv_axes)
-    self.wv = nnx.Param(init(rngs.params(), qkv_shape, pd), logical_axes=qkv_axes)
+    self.wq = nnx.Param(init(rngs.params(), (dims.d_model, h, hd), pd),
+                        logical_axes=("embed", "heads", "head_dim"))
+    kv_axes = ("embed", "kv_heads", "head_dim")
+    self.wk = nnx.Param(init(rngs.params(), (dims.d_model, kv, hd), pd), logical_axes=kv_axes)
+    self.wv = nnx.Param(init(rngs.params(), (dims.d_model, kv, hd), pd), logical_axes=kv_axes)
+    if qkv_bias:
+      self.bq = nnx.Param(jnp.zeros((h, hd), pd), logical_axes=("heads", "head_dim"))
+      self.bk = nnx.Param(jnp.zeros((kv, hd), pd), logical_axes=("kv_heads", "head_dim"))
+      self.bv = nnx.Param(jnp.zeros((kv, hd), pd), logical_axes=("kv_heads", "head_dim"))
+    if qk_norm != "none":
+      q_width, k_width = (hd, hd) if qk_norm == "head" else (h * hd, kv * hd)
+      self.q_norm = RMSNorm(q_width, epsilon=norm_eps, param_dtype=pd)
+      self.k_norm = RMSNorm(k_width, epsilon=norm_eps, param_dtype=pd)
+    self.qk_norm = qk_norm
+    self.qkv_bias = qkv_bias
+    self.num_heads = h
     self.wo = nnx.Param(out_init(rngs.params(), (dims.num_heads, dims.head_dim, dims.d_model), pd),
                         logical_axes=("heads", "head_dim", "embed"))
     self.layer = layer
@@ -273,15 +320,20 @@ class Attention(nnx.Module):
       segments = [(0, s, cache.index, k.shape[1])]
       cache = cache.replace(k=k, v=v)
     # ---- fused kernel (model.attention_impl="pallas"; models/kernels/flash.py) ----
-    spec = self._kernel_spec(scheme, positions, cache, q.shape[-1])
+    spec = attention_path.kernel_spec(self, scheme, positions, cache, q.shape[-1])
     if spec is not None:  # per device in shard_map on the trace's mesh (kernels/partition.py)
-      out = partition.partitioned_flash_attention(q, k, v, positions, positions, segment_ids,
-                                                  segment_ids, spec, block_sizes=self.kernel_blocks)
+      # The kernel maps each query head to its KV head (models/kernels/blocks.py kv_head); a
+      # scheme with per-head rotation gets each query head's own copy of the keys.
+      if scheme.per_head_rotation:
+        k = repeat_kv(k, self.num_heads)
+      out = partition.partitioned_flash_attention(q, k, repeat_kv(v, k.shape[2]), positions,
+                                                  positions, segment_ids, segment_ids, spec,
+                                                  block_sizes=self.kernel_blocks)
       wo = self.wo[...].astype(self.dtype)
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
     rotated = self._rotate(q, k, positions, k_positions, scheme)
-    vh = _heads(v)
+    vh = _heads(repeat_kv(v, self.num_heads))
     out = _concat([self._attend_segment(rotated, vh, scheme, positions, k_positions, segment_ids,
                                         k_segment_ids, *segment, train=train)
                    for segment in segments])
@@ -316,27 +368,44 @@ class Attention(nnx.Module):
     return jnp.where(mask, probs, 0.0)
 
   def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """q, k, v [batch, seq, heads, head_dim] in the compute dtype from x [batch, seq, d_model].
+    """q [batch, seq, heads, head_dim] and k, v [batch, seq, kv_heads, head_dim] in the compute
+    dtype from x [batch, seq, d_model]: the projections, their biases (qkv_bias) and the
+    QK-norm (qk_norm), before any positional hook.
 
     Three matmuls: one of wq, wk and wv stacked was slower on XLA:CPU (its gradient's slices
     became pads and copies; bench/RESULTS.md, "Profile of the step")."""
     b, s, d = x.shape
     x2 = x.reshape(b * s, d)  # 2-D matmuls are much faster than 3-D einsums on XLA:CPU
 
-    def project(w):
+    def project(w, bias):
       w = w[...].astype(self.dtype)
-      return (x2 @ w.reshape(d, -1)).reshape(b, s, w.shape[1], w.shape[2])
+      y = x2 @ w.reshape(d, -1)
+      if bias is not None:
+        y = y + bias[...].astype(self.dtype).reshape(-1)
+      return y.reshape(b, s, w.shape[1], w.shape[2])
 
-    return project(self.wq), project(self.wk), project(self.wv)
+    biases = (self.bq, self.bk, self.bv) if self.qkv_bias else (None, None, None)
+    q, k, v = (project(w, bias) for w, bias in zip((self.wq, self.wk, self.wv), biases))
+    if self.qk_norm == "head":  # over each head's head_dim
+      q, k = self.q_norm(q).astype(self.dtype), self.k_norm(k).astype(self.dtype)
+    elif self.qk_norm == "full":  # over the whole projection
+      q = self.q_norm(q.reshape(b, s, -1)).reshape(q.shape).astype(self.dtype)
+      k = self.k_norm(k.reshape(b, s, -1)).reshape(k.shape).astype(self.dtype)
+    return q, k, v
 
   def _rotate(self, q, k, positions, k_positions, scheme):
     """[(q, k rotated by the scheme, its branch, the scaled queries and the keys heads-major
-    [batch, heads, len, head_dim])] per branch of the position transform,
+    [batch, heads, len, head_dim])] per branch of the position transform; k arrives with its
+    kv_heads and leaves repeated to the query heads (`repeat_kv`: after `scheme.rotate`, or
+    before it for a scheme with `per_head_rotation`),
     queries log-n scaled (model.logn_scaling) and temperature scaled (the eval-time attention
     temperature) when configured, both from the true query positions."""
     out = []
+    if scheme.per_head_rotation:  # each query head rotates its copy of the shared key
+      k = repeat_kv(k, self.num_heads)
     for br in self.transform.branches(positions, k_positions):
       qr, kr = scheme.rotate(q, k, br.q_positions, br.k_positions, self.layer)
+      kr = repeat_kv(kr, self.num_heads)  # grouped-query keys, one per query head from here
       if self.logn_train_len:
         qr = qr * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(qr.dtype)
       if self.temperature:
@@ -511,51 +580,3 @@ class Attention(nnx.Module):
       logits = branch_logits if logits is None else jnp.where(region, branch_logits, logits)
       covered = region if covered is None else covered | region
     return logits, mask & covered
-
-  # ---- fused kernel (model.attention_impl="pallas"; models/kernels/flash.py) ----
-  def _kernel_spec(self, scheme: PositionalScheme, positions: jax.Array,
-                   cache: KVCache | None, head_dim: int) -> KernelSpec | None:
-    """The kernel's spec for this call, or None for the XLA path.
-
-    None when attention_impl is "xla"; otherwise, when the kernel cannot compute this call, None
-    after logging the reason once per process (absl warning): a KV cache (queries and keys of
-    different lengths), a sliding window, log-n scaling, the attention temperature (a per-query
-    scale the kernel has no field for), an eval-time position transform, a scheme without a kernel
-    form or with options it cannot take, e.g. LongRoPE's keep_first (its `kernel_spec` returns a
-    reason), context parallelism (a "context" axis of size > 1 in the trace's mesh,
-    `jax.sharding.get_abstract_mesh()`: the kernel does not split the sequence), or a spec or
-    tile sizes (model.kernel_block_*) the backend's kernel cannot take at this sequence length
-    (`flash.unsupported_reason`, e.g. Mosaic's key tiles of 128 lanes).
-    """
-    if self.impl != "pallas":
-      return None
-    context = dict(jax.sharding.get_abstract_mesh().shape).get(context_parallel.AXIS, 1)
-    if cache is not None:
-      reason = "KV-cache decoding"
-    elif context > 1:
-      reason = (f"context parallelism (mesh axis 'context' of size {context}; the kernel does "
-                f"not split the sequence)")
-    elif self.window:
-      reason = f"sliding-window layer (window {self.window})"
-    elif self.logn_train_len:
-      reason = "model.logn_scaling"
-    elif self.temperature:
-      reason = (f"the attention temperature (model.position.attention_temperature, form "
-                f"{self.temperature!r}: a per-query scale)")
-    elif self.transform.kind != "none":
-      reason = f"position transform {self.transform.kind!r}"
-    else:
-      spec = scheme.kernel_spec(self.layer, positions, positions)
-      reason = spec if isinstance(spec, str) else flash.unsupported_reason(
-          spec, head_dim, seq_len=positions.shape[-1], block_sizes=self.kernel_blocks)
-      if reason is None:
-        return spec
-    if reason not in _FALLBACKS_LOGGED:
-      _FALLBACKS_LOGGED.add(reason)
-      logging.warning("model.attention_impl='pallas': using the 'xla' attention path for %s",
-                      reason)
-    return None
-
-
-_FALLBACKS_LOGGED: set[str] = set()  # reasons already logged by Attention._kernel_spec
-# ---- end fused kernel ----

@@ -16,6 +16,7 @@ from configs.errors import ConfigError
 from data import position_layouts
 from models import position_transforms, positions
 from models.attention import Attention, KVCache
+from models.norms import RMSNorm
 from models.position_transforms import PositionTransform
 from models.positions import Dims
 
@@ -62,27 +63,6 @@ def remat_block(mode: str, train: bool = False):
   return nnx.remat(call, policy=REMAT_POLICIES[mode])
 
 
-class RMSNorm(nnx.Module):
-  """Root-mean-square layer norm (Zhang & Sennrich, arXiv 1910.07467, Eq. 4):
-  `x / sqrt(mean(x^2) + epsilon) * scale`, computed in float32 over the last axis.
-
-  Parameter: `scale` [d_model], ones (the name and shape of `nnx.RMSNorm`'s, so checkpoints of
-  either load). Ours rather than `nnx.RMSNorm` for speed alone: it normalises the
-  [tokens, d_model] matrix, and XLA:CPU runs that form, forward and backward, in about half
-  the time of the 3-D broadcast of `nnx.RMSNorm` (bench/RESULTS.md, "Profile of the step").
-  """
-
-  def __init__(self, d_model: int, *, epsilon: float = 1e-6, param_dtype="float32"):
-    self.scale = nnx.Param(jnp.ones((d_model,), param_dtype))
-    self.epsilon = epsilon
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """x: [..., d_model] in any float dtype -> float32, same shape."""
-    x2 = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
-    y = x2 * jax.lax.rsqrt(jnp.mean(x2 * x2, axis=-1, keepdims=True) + self.epsilon)
-    return (y * self.scale[...].astype(jnp.float32)).reshape(x.shape)
-
-
 class MLP(nnx.Module):
   """Position-wise MLP: GELU (GPT-2) or SwiGLU (Shazeer, arXiv 2002.05202, Eq. 5).
 
@@ -120,12 +100,14 @@ class Block(nnx.Module):
 
   def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
                attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False,
-               transform: PositionTransform = PositionTransform(), temperature: str = ""):
-    self.attn_norm = RMSNorm(dims.d_model, param_dtype=dims.param_dtype)
+               transform: PositionTransform = PositionTransform(), temperature: str = "",
+               qk_norm: str = "none", qkv_bias: bool = False, norm_eps: float = 1e-6):
+    self.attn_norm = RMSNorm(dims.d_model, epsilon=norm_eps, param_dtype=dims.param_dtype)
     self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk,
                                window=window, logn_scaling=logn_scaling, transform=transform,
-                               temperature=temperature)
-    self.mlp_norm = RMSNorm(dims.d_model, param_dtype=dims.param_dtype)
+                               temperature=temperature, qk_norm=qk_norm, qkv_bias=qkv_bias,
+                               norm_eps=norm_eps)
+    self.mlp_norm = RMSNorm(dims.d_model, epsilon=norm_eps, param_dtype=dims.param_dtype)
     self.mlp = MLP(dims, mlp_dim, activation, dtype=dtype, rngs=rngs)
     self.dtype = dtype
 
@@ -178,13 +160,15 @@ class Decoder(nnx.Module):
     self.embedding = nnx.Param(
         nnx.initializers.normal(m.init_std)(rngs.params(), (m.vocab_size, m.d_model), m.param_dtype),
         logical_axes=("vocab", "embed"))
+    eps = m.get("norm_eps", 1e-6)  # configs written before the field: the old constant
     self.blocks = nnx.List([
         Block(dims, i, m.mlp_dim, m.mlp_activation, dtype=self.dtype, rngs=rngs,
               attention_chunk=m.attention_chunk, window=layer_window(m, i),
-              logn_scaling=m.logn_scaling, transform=transform, temperature=temperature[i])
+              logn_scaling=m.logn_scaling, transform=transform, temperature=temperature[i],
+              qk_norm=m.get("qk_norm", "none"), qkv_bias=m.get("qkv_bias", False), norm_eps=eps)
         for i in range(m.num_layers)])
-    self.num_heads, self.head_dim = dims.num_heads, dims.head_dim
-    self.final_norm = RMSNorm(m.d_model, param_dtype=m.param_dtype)
+    self.num_kv_heads, self.head_dim = dims.kv_heads, dims.head_dim
+    self.final_norm = RMSNorm(m.d_model, epsilon=eps, param_dtype=m.param_dtype)
     self.tie_embeddings = m.tie_embeddings
     self.remat = m.get("remat", "none")  # configs written before the field: no remat
     if not m.tie_embeddings:
@@ -227,8 +211,10 @@ class Decoder(nnx.Module):
     return chosen[self.position.embed_stream], chosen[self.position.attention_stream]
 
   def init_cache(self, batch: int, max_len: int) -> list[KVCache]:
-    """An empty KV cache: one `KVCache` per layer, max_len slots (tokens), compute dtype."""
-    shape = (batch, max_len, self.num_heads, self.head_dim)
+    """An empty KV cache: one `KVCache` per layer, max_len slots (tokens), compute dtype, with
+    the model's num_kv_heads key/value heads (a grouped-query cache is num_heads / num_kv_heads
+    times smaller than a multi-head one)."""
+    shape = (batch, max_len, self.num_kv_heads, self.head_dim)
     zeros = jnp.zeros(shape, self.dtype)
     ids = jnp.zeros((batch, max_len), jnp.int32)
     return [KVCache(zeros, zeros, ids, ids, jnp.zeros((), jnp.int32)) for _ in self.blocks]

@@ -25,6 +25,7 @@ LOGICAL_RULES: dict[str, str | tuple[str, ...] | None] = {
     "vocab": "tensor",
     "embed": "fsdp",
     "heads": "tensor",
+    "kv_heads": "tensor",  # grouped-query K/V heads; replicated where tensor does not divide them
     "mlp": "tensor",
     "head_dim": None,
 }

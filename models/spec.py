@@ -90,7 +90,8 @@ def count_params(config) -> int:
 def train_flops_per_token(config) -> float:
   """Analytic training FLOPs per token (forward + backward = 3 x forward).
 
-  6 x (parameters in matmuls: q/k/v/o, MLP, output head) plus attention scores and values:
+  6 x (parameters in matmuls: q/k/v/o, with k and v of num_kv_heads heads, MLP, output head)
+  plus attention scores and values (every query head's):
   forward 4 * T * H * D per layer for full attention, counted as half (2 * T * H * D) because
   attention is causal, times 3 for the backward pass (the PaLM convention, Chowdhery et al.,
   arXiv 2204.02311, Appendix B, with the causal half). Embedding lookups count 0.
@@ -98,8 +99,10 @@ def train_flops_per_token(config) -> float:
   m = config.model
   dims = Dims.from_config(config)
   attn_width = m.num_heads * dims.head_dim
+  kv_width = dims.kv_heads * dims.head_dim
   mlp = (3 if m.mlp_activation == "swiglu" else 2) * m.d_model * m.mlp_dim
-  matmul_params = m.num_layers * (4 * m.d_model * attn_width + mlp) + m.d_model * m.vocab_size
+  projections = 2 * m.d_model * attn_width + 2 * m.d_model * kv_width  # q, o; k, v
+  matmul_params = m.num_layers * (projections + mlp) + m.d_model * m.vocab_size
   attention = m.num_layers * 2 * config.data.train_len * attn_width
   return 6.0 * matmul_params + 3.0 * attention
 

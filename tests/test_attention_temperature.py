@@ -15,7 +15,7 @@ from flax import nnx
 
 from configs.validate import ConfigError, validate
 from conftest import tiny_config
-from models import attention, extensions, position_transforms, positions
+from models import attention, attention_path, extensions, position_transforms, positions
 from models.decoder import Decoder
 
 
@@ -77,7 +77,7 @@ def test_attention_scales_the_logits_of_queries_beyond_train_len(form):
 
 
 def test_the_fused_kernel_falls_back_with_a_reason(caplog, monkeypatch):
-  monkeypatch.setattr(attention, "_FALLBACKS_LOGGED", set())
+  monkeypatch.setattr(attention_path, "_FALLBACKS_LOGGED", set())
   layer, scheme, x, pos, seg, _ = _layer_and_inputs("logn", seq=12, impl="pallas")
   with caplog.at_level("WARNING"):
     jaxpr = jax.make_jaxpr(lambda x: layer(x, pos, seg, scheme))(x)

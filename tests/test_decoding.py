@@ -81,6 +81,17 @@ def test_cached_decoding_equals_full_recomputation(kind):
   check_cached_equals_full(tiny_config("unused", kind))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_cached_decoding_equals_full_recomputation_under_gqa(kind):
+  """Grouped-query attention (4 query heads, 2 KV heads; the cache holds the 2), with QK-norm
+  and QKV biases on the RoPE model."""
+  config = tiny_config("unused", kind)
+  config.model.num_kv_heads = 2
+  if kind == "rope":
+    config.model.qk_norm, config.model.qkv_bias = "full", True
+  check_cached_equals_full(config)
+
+
 @pytest.mark.parametrize("field,value", [
     ("rope_scaling", "dynamic_ntk"), ("rope_scaling", "yarn"), ("rope_scaling", "pi"),
     ("position_transform", "self_extend"), ("position_transform", "string"),

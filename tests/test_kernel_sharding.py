@@ -1,7 +1,8 @@
 """The fused kernel on a device mesh (models/kernels/partition.py): per device in shard_map over
 the batch axes and the heads, equal to one device in values and gradients (q, k, v, the bias
-parameters), with dimensions the mesh does not divide replicated; a training step on 8 devices
-equals one device; tile sizes the compiled backends cannot take, and context parallelism, fall
+parameters), with dimensions the mesh does not divide replicated, grouped-query and multi-query
+attention included (KV heads split with the query heads, or replicated and sliced per device);
+a training step on 8 devices equals one device; tile sizes the compiled backends cannot take, and context parallelism, fall
 back to the XLA path with a logged reason.
 
 The session has 8 fake CPU devices (tests/conftest.py); the kernels run in the Pallas
@@ -21,7 +22,7 @@ from runs import optimizer
 import train
 from conftest import tiny_config
 from data.tokenizers import get_tokenizer
-from models import attention, positions, sharding
+from models import attention, attention_path, positions, sharding
 from models.kernels import flash, partition
 from models.kernels.spec import KernelSpec
 from models.positions.rope import rope_inv_freq
@@ -49,29 +50,50 @@ def test_kernel_partition_splits_what_the_axes_divide():
   # an axis the kernel does not name (sequence parallelism's "context") stays replicated
   ctx = partition.kernel_partition({"data": 2, "context": 2, "tensor": 2}, 4, 2)
   assert ctx == partition.KernelPartition(("data",), "tensor", "")
+  # grouped-query attention: KV heads split with the query heads when the axis divides them ...
+  assert partition.kernel_partition(shape, 4, 4, kv_heads=2) == partition.KernelPartition(
+      ("data", "fsdp"), "tensor", "")
+  # ... else replicated, each device slicing the one KV head its query heads share (MQA; 2 KV
+  # heads on tensor=8) ...
+  for kv_heads, tensor in ((1, 2), (2, 8)):
+    gqa = partition.kernel_partition({"data": 1, "fsdp": 1, "tensor": tensor}, 1, 8,
+                                     kv_heads=kv_heads)
+    assert (gqa.head_axis, gqa.kv_replicated) == ("tensor", True)
+    assert f"kv_heads {kv_heads} are not divisible" in gqa.replicated
+  # ... and where a device's query heads would span KV heads (3 of 24 on tensor=8), the heads are
+  # replicated as a whole
+  span = partition.kernel_partition({"tensor": 8}, 1, 24, kv_heads=3)
+  assert (span.head_axis, span.kv_replicated) == (None, False) and "span" in span.replicated
+  with pytest.raises(ValueError, match="kv_heads 3 must divide heads 4"):
+    partition.kernel_partition(shape, 4, 4, kv_heads=3)
 
 
 INV16 = jnp.asarray(rope_inv_freq(16, 10000.0))
-SHARDED_CASES = {
+ROPE_ALIBI4 = KernelSpec(inv_freq=INV16, bias="alibi", bias_params=random_params("alibi", 4))
+SHARDED_CASES = {  # (spec, batch, heads, kv_heads)
     # everything divides: batch 4 over data x fsdp, 4 heads over tensor; RoPE + ALiBi slopes
-    "rope+alibi": (KernelSpec(inv_freq=INV16, bias="alibi",
-                              bias_params=random_params("alibi", 4)), 4, 4),
+    "rope+alibi": (ROPE_ALIBI4, 4, 4, 4),
     # batch 2 on data x fsdp = 4 (split over data only), 3 heads on tensor 2 (replicated);
     # per-row RoPE frequencies (as dynamic NTK gives) and the T5 table
     "per_row_rope+t5_undivided": (
         KernelSpec(inv_freq=jnp.stack([jnp.asarray(rope_inv_freq(8, 1e4)),
                                        jnp.asarray(rope_inv_freq(8, 3e4))]),
                    bias="t5", bias_params=random_params("t5", 3), num_buckets=8,
-                   max_distance=20), 2, 3),
+                   max_distance=20), 2, 3, 3),
+    # grouped-query attention: 4 query heads on 2 KV heads, both split over tensor
+    "rope+alibi_gqa": (ROPE_ALIBI4, 4, 4, 2),
+    # multi-query attention: one KV head, replicated over tensor and sliced per device
+    "rope+alibi_mqa": (ROPE_ALIBI4, 2, 4, 1),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SHARDED_CASES))
 def test_sharded_kernel_equals_one_device(case):
   """On the (data 2, fsdp 2, tensor 2) mesh: the shard_map'd kernel's output and its
-  vector-Jacobian products w.r.t. q, k, v and the bias parameters equal one device's."""
-  spec, batch, heads = SHARDED_CASES[case]
-  q, k, v, pos, seg = packed(batch, 32, heads, 16)
+  vector-Jacobian products w.r.t. q, k, v (kv_heads heads) and the bias parameters equal one
+  device's."""
+  spec, batch, heads, kv_heads = SHARDED_CASES[case]
+  q, k, v, pos, seg = packed(batch, 32, heads, 16, kv_heads=kv_heads)
   cotangent = jnp.asarray(np.random.default_rng(2).normal(size=q.shape), jnp.float32)
   mesh = mesh_of((2, 2, 2))
 
@@ -85,15 +107,20 @@ def test_sharded_kernel_equals_one_device(case):
   args = (q, k, v, spec.bias_params)
   want = jax.jit(run(flash.flash_attention)).lower(*args).compile()(*args)
   sharded = sharding.trace_under_mesh(mesh, run(partition.partitioned_flash_attention))
-  part = partition.kernel_partition(mesh.shape, batch, heads)
+  part = partition.kernel_partition(mesh.shape, batch, heads, kv_heads=kv_heads)
   x = NamedSharding(mesh, P(part.batch_axes or None, None, part.head_axis))
-  shardings = (x, x, x, NamedSharding(mesh, P(part.head_axis)))
+  kv = NamedSharding(mesh, P(part.batch_axes or None, None,
+                             None if part.kv_replicated else part.head_axis))
+  shardings = (x, kv, kv, NamedSharding(mesh, P(part.head_axis)))
   traced = jax.jit(sharded, in_shardings=shardings).trace(*args)
-  # the kernel runs per device on its shard of rows and heads
+  # the kernel runs per device on its shard of rows and heads (heads-major [rows, heads, L, D])
   jaxpr = str(traced.jaxpr)
   rows = batch // int(np.prod([mesh.shape[a] for a in part.batch_axes]))
   local = heads // (2 if part.head_axis else 1)
+  local_kv = 1 if part.kv_replicated else kv_heads // (2 if part.head_axis else 1)
   assert "shard_map" in jaxpr and f"f32[{rows},{local},32,16]" in jaxpr
+  assert f"f32[{rows},{local_kv},32,16]" in jaxpr
+  assert part.kv_replicated == (case == "rope+alibi_mqa") == ("dynamic_slice" in jaxpr)
   got = traced.lower().compile()(*args)
   (out, grads), (want_out, want_grads) = got, want
   np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
@@ -185,7 +212,7 @@ def test_tiles_the_compiled_kernels_cannot_take_give_a_reason():
 def test_bad_tpu_tile_and_context_parallelism_fall_back_with_the_reason(caplog, monkeypatch):
   """Attention with model.kernel_block_k=64 on a (compiled) TPU at 300 tokens takes the XLA
   path and logs the Mosaic limit; so does a mesh with a "context" axis of size 2."""
-  monkeypatch.setattr(attention, "_FALLBACKS_LOGGED", set())
+  monkeypatch.setattr(attention_path, "_FALLBACKS_LOGGED", set())
   c = tiny_config("unused", "alibi")
   c.model.attention_impl, c.model.kernel_block_k = "pallas", 64
   dims = positions.Dims.from_config(c)

@@ -21,19 +21,20 @@ from flax import nnx
 import train
 from conftest import FAST_COMPILE, tiny_config
 from configs.validate import ConfigError, validate
-from models import attention, positions
+from models import attention, attention_path, positions
 from models.kernels import flash
 from models.kernels.reference import reference_attention
 from models.kernels.spec import KernelSpec
 from models.positions.rope import rope_inv_freq
 
 
-def packed(batch, length, heads, head_dim, seed=0):
-  """Random q, k, v [b, L, h, d] and packed-document ids: positions restart at a random offset
-  (as PoSE-style samplers produce) in each document; segment ids int32 [b, L]."""
+def packed(batch, length, heads, head_dim, seed=0, kv_heads=None):
+  """Random q [b, L, h, d], k, v [b, L, kv_heads (default h), d] and packed-document ids:
+  positions restart at a random offset (as PoSE-style samplers produce) in each document;
+  segment ids int32 [b, L]."""
   rng = np.random.default_rng(seed)
-  q, k, v = (jnp.asarray(rng.normal(size=(batch, length, heads, head_dim)), jnp.float32)
-             for _ in range(3))
+  q, k, v = (jnp.asarray(rng.normal(size=(batch, length, n, head_dim)), jnp.float32)
+             for n in (heads, kv_heads or heads, kv_heads or heads))
   seg = np.sort(rng.integers(0, 3, size=(batch, length)), axis=1)
   pos = np.zeros((batch, length), np.int64)
   for b in range(batch):
@@ -50,10 +51,12 @@ def random_params(bias, heads, num_buckets=8, seed=1):
   return jnp.asarray(rng.uniform(low, 1.5, size=(heads, size)), jnp.float32)
 
 
-def assert_kernel_matches_reference(backend, spec, batch, length, heads, head_dim, blocks):
+def assert_kernel_matches_reference(backend, spec, batch, length, heads, head_dim, blocks,
+                                    kv_heads=None):
   """One compiled program: the kernel's and the reference's outputs and vector-Jacobian
-  products (random cotangent) w.r.t. q, k, v and the bias parameters."""
-  q, k, v, pos, seg = packed(batch, length, heads, head_dim)
+  products (random cotangent) w.r.t. q, k, v (kv_heads heads, default heads) and the bias
+  parameters."""
+  q, k, v, pos, seg = packed(batch, length, heads, head_dim, kv_heads=kv_heads)
   cotangent = jnp.asarray(np.random.default_rng(2).normal(size=q.shape), jnp.float32)
 
   def run(attend, q, k, v, prm):
@@ -112,6 +115,76 @@ def test_tpu_kernel_matches_reference():
                     qk_scale=1.2, bias="t5", bias_params=random_params("t5", 2), num_buckets=8,
                     max_distance=20)
   assert_kernel_matches_reference("tpu", spec, 1, 37, 2, 16, (16, 16, 16, 16))
+
+
+GQA_SPEC = {  # partial RoPE (12 of 16 features: lane rolls and slices) + ALiBi slopes per head
+    heads: KernelSpec(inv_freq=jnp.asarray(rope_inv_freq(12, 10000.0)), qk_scale=1.2,
+                      bias="alibi", bias_params=random_params("alibi", heads))
+    for heads in (2, 3, 4)}
+
+
+@pytest.mark.parametrize("backend,heads,kv_heads", [
+    ("gpu", 4, 2), ("gpu", 3, 1), ("tpu", 4, 2), ("tpu", 2, 1)])
+def test_grouped_query_kernel_matches_reference(backend, heads, kv_heads):
+  """Grouped-query (group 2) and multi-query attention (one KV head for all query heads) on
+  both layouts: k, v with kv_heads heads, RoPE on q and the shared k, ALiBi per query head;
+  output and gradients (dk, dv summed over each group) equal the reference, which repeats
+  each KV head over its group."""
+  assert_kernel_matches_reference(backend, GQA_SPEC[heads], 1, 21, heads, 16, (8, 8, 8, 8),
+                                  kv_heads=kv_heads)
+
+
+def _pallas_calls(jaxpr):
+  """{kernel name: [output avals]} of the pallas_calls anywhere in a jaxpr (nested ones in
+  custom_vjp, pjit and the like included; a pallas_call's own kernel body is not entered)."""
+  found = {}
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "pallas_call":
+      found[str(eqn.params["name"])] = [x.aval for x in eqn.outvars]
+      continue
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr
+        if hasattr(sub, "eqns"):
+          found.update(_pallas_calls(sub))
+  return found
+
+
+@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+def test_grouped_query_is_multi_head_on_repeated_kv_bitwise(backend):
+  """GQA with k, v of 2 heads for 4 query heads is, bit for bit, multi-head attention on k, v
+  repeated over each group: the same output, dq and bias gradients, and dk, dv the group sums
+  of multi-head attention's (the kernels read the shared KV head by index, and sum float32
+  per-query-head partials). With kv_heads == heads nothing of GQA runs: the dk/dv kernel
+  writes k's dtype directly (bfloat16 here), as before GQA; with groups it writes float32
+  partials per query head."""
+  spec = GQA_SPEC[4]
+  q, k, v, pos, seg = packed(1, 13, 4, 16, kv_heads=2)  # 2 tiles of 8 per axis
+  cotangent = jnp.asarray(np.random.default_rng(2).normal(size=q.shape), jnp.float32)
+
+  def vjp(q, k, v, prm):
+    attend = lambda q, k, v, prm: flash.flash_attention(
+        q, k, v, pos, pos, seg, seg, dataclasses.replace(spec, bias_params=prm),
+        backend=backend, interpret=True, block_sizes=flash.BlockSizes(8, 8, 8, 8))
+    out, f = jax.vjp(attend, q, k, v, prm)
+    return out, f(cotangent.astype(q.dtype))
+
+  repeat = lambda x: jnp.repeat(x, 2, axis=2)
+  both = jax.jit(lambda q, k, v, prm: (vjp(q, k, v, prm), vjp(q, repeat(k), repeat(v), prm)))
+  (out, (dq, dk, dv, dprm)), (want, (want_dq, want_dk, want_dv, want_dprm)) = both(
+      q, k, v, spec.bias_params)
+  group_sum = lambda x: jnp.sum(x.reshape(1, 13, 2, 2, 16), axis=3)
+  for got, expected in ((out, want), (dq, want_dq), (dprm, want_dprm),
+                        (dk, group_sum(want_dk)), (dv, group_sum(want_dv))):
+    np.testing.assert_array_equal(got, expected)
+  for kv_heads, dtype in ((4, jnp.bfloat16), (2, jnp.float32)):
+    args = (q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16),
+            spec.bias_params)
+    if kv_heads == 4:
+      args = (args[0], repeat(args[1]), repeat(args[2]), args[3])
+    calls = _pallas_calls(jax.make_jaxpr(vjp)(*args).jaxpr)
+    dk_out, dv_out = calls[f"rope_flash_dkdv_{backend}"][:2]
+    assert dk_out.dtype == dv_out.dtype == dtype and dk_out.shape == (1, 4, 16, 16)
 
 
 MODEL_CASES = [
@@ -177,7 +250,7 @@ def test_schemes_without_a_kernel_form_say_why():
 def test_attention_routes_to_the_kernel_or_falls_back_with_a_logged_reason(caplog, monkeypatch):
   """attention_impl="pallas": a plain ALiBi layer calls the kernel; a sliding-window layer takes
   the XLA path and says why in the log (once)."""
-  monkeypatch.setattr(attention, "_FALLBACKS_LOGGED", set())
+  monkeypatch.setattr(attention_path, "_FALLBACKS_LOGGED", set())
   c = tiny_config("unused", "alibi")
   c.model.attention_impl = "pallas"
   dims = positions.Dims.from_config(c)
@@ -199,7 +272,7 @@ def test_attention_routes_to_the_kernel_or_falls_back_with_a_logged_reason(caplo
 def test_longrope_keep_first_falls_back_to_xla_with_its_reason(caplog, monkeypatch):
   """LongRoPE's n-hat rotates the first positions with other frequencies than the rest: no
   KernelSpec says that, so the layer takes the XLA path and logs why."""
-  monkeypatch.setattr(attention, "_FALLBACKS_LOGGED", set())
+  monkeypatch.setattr(attention_path, "_FALLBACKS_LOGGED", set())
   c = tiny_config("unused", "rope")
   c.model.attention_impl = "pallas"
   c.model.position.rope_scaling, c.model.position.rope_scaling_factor = "longrope", 4.0
@@ -233,16 +306,30 @@ def test_bad_attention_impl_and_block_sizes_are_refused():
   odd = KernelSpec(inv_freq=jnp.asarray(rope_inv_freq(6, 1e4)))  # 3 pairs: not for Triton
   assert "power-of-two" in flash.unsupported_reason(odd, 8, "gpu", interpret=False)
   assert flash.unsupported_reason(odd, 8, "gpu", interpret=True) is None
+  # grouped-query attention needs kv_heads dividing heads, and k, v of one shape
+  q, k, v, pos, seg = packed(1, 8, 4, 8, kv_heads=3)
+  with pytest.raises(ValueError, match="kv_heads dividing the 4 query heads"):
+    flash.flash_attention(q, k, v, pos, pos, seg, seg)
+  with pytest.raises(ValueError, match="of one shape and dtype"):
+    flash.flash_attention(q, k, v[:, :, :1], pos, pos, seg, seg)
+  with pytest.raises(ValueError, match="dividing the 4 query heads"):
+    reference_attention(q, k, v, pos, pos, seg, seg)
+  reason = flash.unsupported_reason(KernelSpec(), 8, num_heads=4, num_kv_heads=3)
+  assert reason.startswith("num_kv_heads 3 does not divide num_heads 4")
+  assert flash.unsupported_reason(KernelSpec(), 8, num_heads=4, num_kv_heads=1) is None
 
 
 @pytest.mark.parametrize("backend", ["gpu", "tpu"])
-def test_kernels_lower_for_their_hardware(backend):
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_kernels_lower_for_their_hardware(backend, kv_heads):
   """Forward and backward lower through Pallas's Triton (GPU) and Mosaic (TPU, a v5e as the
   abstract target) pipelines on this CPU-only machine: bfloat16, default blocks, padding,
-  partial rotation, T5 buckets. (Compiling the lowered kernels needs the hardware.)"""
+  partial rotation, T5 buckets; 4 query heads on 4 (multi-head) or 2 (grouped-query) KV heads.
+  (Compiling the lowered kernels needs the hardware.)"""
   spec = KernelSpec(inv_freq=jnp.asarray(rope_inv_freq(32, 1e4)), qk_scale=1.1, bias="t5",
                     bias_params=jnp.ones((4, 32)), num_buckets=32, max_distance=128)
   x = jax.ShapeDtypeStruct((1, 1000, 4, 64), jnp.bfloat16)
+  kv = jax.ShapeDtypeStruct((1, 1000, kv_heads, 64), jnp.bfloat16)
   ids = jax.ShapeDtypeStruct((1, 1000), jnp.int32)
 
   def f(q, k, v, pos, seg, prm):
@@ -261,7 +348,7 @@ def test_kernels_lower_for_their_hardware(backend):
     exported = jax.export.export(
         jax.jit(f), platforms=[platform],
         disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(target)])(
-            x, x, x, ids, ids, jax.ShapeDtypeStruct((4, 32), jnp.float32))
+            x, kv, kv, ids, ids, jax.ShapeDtypeStruct((4, 32), jnp.float32))
   assert exported.mlir_module().count(f"@{target}(") == 3  # forward, dq, dk/dv
 
 

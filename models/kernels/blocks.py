@@ -77,6 +77,15 @@ def t5_bucket_starts(num_buckets: int, max_distance: int) -> tuple[int, ...]:
   return tuple(int(np.argmax(buckets >= b)) for b in range(1, num_buckets))
 
 
+def kv_head(group: int):
+  """The KV head of query head h in a BlockSpec index map: h // group (grouped-query attention:
+  `group` consecutive query heads share a KV head). For group 1 the identity, so multi-head
+  attention traces the index maps it traced before grouped-query attention was added."""
+  if group == 1:
+    return lambda h: h
+  return lambda h: h // group
+
+
 def iota(shape: tuple[int, int], dim: int) -> jax.Array:
   """int32 indices along `dim` of a 2-D tile."""
   return lax.broadcasted_iota(jnp.int32, shape, dim)

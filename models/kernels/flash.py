@@ -8,6 +8,17 @@ the diagonal skipped (FlashAttention, Dao et al., arXiv 2205.14135; FlashAttenti
 [L, L] residual; returns gradients for q, k, v and the bias parameters (ALiBi slopes, KERPLE
 r1/r2, the T5 table); none for position ids, segment ids or inverse frequencies.
 
+Grouped-query attention (GQA, Ainslie et al., arXiv 2305.13245; multi-query attention when
+num_kv_heads = 1): k and v carry num_kv_heads heads, a divisor of the query heads, and query
+head h attends with KV head h // group, group = heads // num_kv_heads (consecutive query heads
+share one KV head: the `repeat_kv` convention of Llama / transformers). The forward and dq
+kernels read that KV head through their BlockSpec index maps (no copy of K/V per query head).
+The dk/dv kernel runs per query head, as without GQA, and writes float32 partials
+[B, H, L, D]; `_flash_bwd` sums each group's partials into its KV head and casts to k's dtype
+(FlashAttention-2's own GQA backward does the same). RoPE of the keys depends on positions only
+and the bias parameters are per query head, so neither changes. With num_kv_heads = heads
+nothing of this runs: the program is the one without GQA.
+
 Backends (`backend`): "gpu" (models/kernels/gpu.py, Triton lowering) and "tpu"
 (models/kernels/tpu.py, Mosaic lowering); both use the tile math of models/kernels/blocks.py.
 Default: "tpu" on TPU, else "gpu"; `interpret` defaults to True off GPU/TPU (CPU runs the
@@ -98,7 +109,8 @@ def tile_sizes(length: int, backend: str,
 
 def unsupported_reason(spec: KernelSpec, head_dim: int, backend: str | None = None,
                        interpret: bool | None = None, *, seq_len: int | None = None,
-                       block_sizes: BlockSizes = BlockSizes()) -> str | None:
+                       block_sizes: BlockSizes = BlockSizes(), num_heads: int | None = None,
+                       num_kv_heads: int | None = None) -> str | None:
   """Why the kernel cannot compute `spec` with these sizes on this backend, or None if it can.
 
   Args:
@@ -108,9 +120,12 @@ def unsupported_reason(spec: KernelSpec, head_dim: int, backend: str | None = No
     seq_len: sequence length in tokens; None skips the limits that depend on it (the TPU key
       tiles below).
     block_sizes: requested tiles in tokens (0 = the backend's default).
+    num_heads, num_kv_heads: query and key/value heads; None (either) skips the head check.
 
   Returns:
     None, or a one-line reason (the caller logs it and takes the XLA path, or raises it):
+    - num_kv_heads not a positive divisor of num_heads (grouped-query attention needs whole
+      groups);
     - bias parameters beyond one row of `blocks.PARAM_LANES` lanes, or rot_dim > head_dim;
     - a requested tile that is not 0 or a power of two >= 8;
     - compiled Triton ("gpu", not interpreted): head_dim, rot_dim / 2 and head_dim - rot_dim
@@ -124,6 +139,10 @@ def unsupported_reason(spec: KernelSpec, head_dim: int, backend: str | None = No
     ValueError: an unknown backend.
   """
   backend, interpret = resolve_backend(backend, interpret)
+  if num_heads is not None and num_kv_heads is not None and (
+      num_kv_heads < 1 or num_heads % num_kv_heads):
+    return (f"num_kv_heads {num_kv_heads} does not divide num_heads {num_heads} (grouped-query "
+            f"attention needs whole groups)")
   if spec.num_params > blocks.PARAM_LANES:
     return f"{spec.num_params} bias parameters per head exceed {blocks.PARAM_LANES}"
   if 2 * spec.rot_half > head_dim:
@@ -166,6 +185,29 @@ def _static(spec: KernelSpec, head_dim: int, length: int, backend: str, interpre
       seq_len=padded, interpret=interpret)
 
 
+def check_qkv(q: jax.Array, k: jax.Array, v: jax.Array) -> int:
+  """Checks q, k, v for `flash_attention` and returns the group size heads // num_kv_heads.
+
+  Args:
+    q: [batch, seq, heads, head_dim]; k, v: [batch, seq, num_kv_heads, head_dim], num_kv_heads
+      a divisor of heads; one float dtype.
+
+  Raises:
+    ValueError: arrays not 4-D, k and v of different shapes, k of another batch, length or
+      head_dim than q, num_kv_heads not dividing heads, or different dtypes.
+  """
+  if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or not (q.dtype == k.dtype == v.dtype):
+    raise ValueError(f"q [batch, seq, heads, head_dim] and k, v [batch, seq, kv_heads, "
+                     f"head_dim] of one shape and dtype; got {q.shape} {q.dtype}, {k.shape} "
+                     f"{k.dtype}, {v.shape} {v.dtype}")
+  (b, length, h, d), kv_heads = q.shape, k.shape[2]
+  if (k.shape[0], k.shape[1], k.shape[3]) != (b, length, d) or not kv_heads or h % kv_heads:
+    raise ValueError(f"k, v must be [batch, seq, kv_heads, head_dim] with kv_heads dividing the "
+                     f"{h} query heads and q's batch, seq and head_dim; got q {q.shape}, k, v "
+                     f"{k.shape}")
+  return h // kv_heads
+
+
 def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array,
                     k_positions: jax.Array, q_segment_ids: jax.Array, k_segment_ids: jax.Array,
                     spec: KernelSpec = KernelSpec(), *, backend: str | None = None,
@@ -174,10 +216,14 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.A
   """Causal self-attention over packed documents with in-kernel RoPE and positional bias.
 
   Computes `reference_attention(q, k, v, ...)` (models/kernels/reference.py) with memory linear
-  in the sequence length; differentiable w.r.t. q, k, v and `spec.bias_params`.
+  in the sequence length; differentiable w.r.t. q, k, v and `spec.bias_params`. Grouped-query
+  attention when k and v have fewer heads than q (see the module docstring): query head h uses
+  KV head h // (heads // kv_heads).
 
   Args:
-    q, k, v: [batch, seq, heads, head_dim], one float dtype (float32 or bfloat16).
+    q: [batch, seq, heads, head_dim], float32 or bfloat16.
+    k, v: [batch, seq, kv_heads, head_dim] in q's dtype, kv_heads a divisor of heads (= heads:
+      multi-head attention; 1: multi-query attention).
     q_positions, k_positions: int32 [batch, seq] position ids (RoPE angles and bias distances).
     q_segment_ids, k_segment_ids: int32 [batch, seq] document ids; query i sees key j iff
       j <= i and the ids match.
@@ -190,15 +236,15 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.A
       up to a power of two) (`tile_sizes`).
 
   Returns:
-    [batch, seq, heads, head_dim] in q's dtype.
+    [batch, seq, heads, head_dim] in q's dtype. The gradients w.r.t. k and v are
+    [batch, seq, kv_heads, head_dim], each the sum over its group of query heads.
 
   Raises:
-    ValueError: q, k, v of different shapes or dtypes, an inconsistent spec, a spec the backend
-      cannot compute (see `unsupported_reason`), or bad block sizes.
+    ValueError: shapes or dtypes `check_qkv` refuses (kv_heads not dividing heads among them),
+      an inconsistent spec (bias_params not [heads, P], see `KernelSpec.check`), a spec the
+      backend cannot compute (see `unsupported_reason`), or bad block sizes.
   """
-  if q.shape != k.shape or q.shape != v.shape or not (q.dtype == k.dtype == v.dtype):
-    raise ValueError(f"q, k, v must share shape and dtype; got {q.shape} {q.dtype}, "
-                     f"{k.shape} {k.dtype}, {v.shape} {v.dtype}")
+  check_qkv(q, k, v)
   b, length, h, d = q.shape
   spec.check(h)
   backend, interpret = resolve_backend(backend, interpret)
@@ -209,7 +255,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.A
   st = _static(spec, d, length, backend, interpret, block_sizes)
   pad = st.seq_len - length
 
-  def heads_major(x):  # [b, L, h, d] -> [b, h, Lp, d]
+  def heads_major(x):  # [b, L, heads, d] -> [b, heads, Lp, d]
     return jnp.pad(x.transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, pad), (0, 0)))
 
   def ids(x):
@@ -234,7 +280,8 @@ def _kernels(backend: str):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _flash(st, backend, q, k, v, prm, inv, q_pos, q_seg, k_pos, k_seg):
-  """Kernel call on padded heads-major arrays [B, H, Lp, D] (see `flash_attention`)."""
+  """Kernel call on padded heads-major arrays: q [B, H, Lp, D], k, v [B, KVH, Lp, D] (see
+  `flash_attention`)."""
   out, _ = _kernels(backend).forward(st, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm)
   return out
 
@@ -250,6 +297,10 @@ def _flash_bwd(st, backend, residuals, do):
   delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
   dq, dk, dv, dprm = _kernels(backend).backward(st, q, k, v, q_pos, q_seg, k_pos, k_seg, inv,
                                                 prm, do.astype(q.dtype), lse, delta)
+  if k.shape[1] != q.shape[1]:  # GQA: float32 partials per query head, summed per group
+    b, kv_heads, length, d = k.shape
+    group_sum = lambda x: jnp.sum(x.reshape(b, kv_heads, -1, length, d), axis=2)
+    dk, dv = group_sum(dk).astype(k.dtype), group_sum(dv).astype(v.dtype)
   if prm is not None:
     dprm = jnp.sum(dprm, axis=(0, 2)).astype(prm.dtype)
   dinv = None if inv is None else jnp.zeros_like(inv)
@@ -266,11 +317,12 @@ def causal_attention_flops(batch: int, seq: int, heads: int, head_dim: int,
   Forward: 2 matmuls (q k^T and p v) of 2 * seq^2 * head_dim FLOPs per head, halved for
   causality: 2 * batch * heads * seq^2 * head_dim. Backward: 2.5x the forward (5 matmuls:
   dv, dp, dq, dk and the recomputed q k^T), as FlashAttention-2 counts it (arXiv 2307.08691,
-  Sec. 4.1). RoPE, bias and softmax are not counted.
+  Sec. 4.1). RoPE, bias and softmax are not counted. `heads` are the query heads: grouped-query
+  attention does the same matmuls (only K/V are shared).
   """
   forward = 2.0 * batch * heads * seq * seq * head_dim
   return forward * (3.5 if backward else 1.0)
 
 
-__all__ = ["BACKENDS", "BLOCK_FIELDS", "BlockSizes", "causal_attention_flops", "flash_attention",
-           "resolve_backend", "tile_sizes", "unsupported_reason"]
+__all__ = ["BACKENDS", "BLOCK_FIELDS", "BlockSizes", "causal_attention_flops", "check_qkv",
+           "flash_attention", "resolve_backend", "tile_sizes", "unsupported_reason"]

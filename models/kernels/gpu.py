@@ -10,15 +10,23 @@ the program over blocks of a full-length reference (the FlashAttention-2 work sp
   dk, dv    grid (B, H, L / block_k_bwd): queries from the diagonal block to the end; also the
             partial gradients of the bias parameters of its key block (summed by the caller).
 
+Grouped-query attention (k, v with KVH = H / group heads): every kernel's grid runs over the
+query heads and the K/V BlockSpecs read KV head h // group (`blocks.kv_head`), so no K/V copy
+per query head. dk, dv are computed per query head as float32 partials [B, H, L, D] (k's dtype
+when group = 1); the caller (models/kernels/flash.py) sums each group. Looping over a group
+inside one program instead would leave only B * KVH * L / block_k_bwd programs (MQA: B * L /
+block_k_bwd), too few to fill a GPU.
+
 RoPE: each program loads the two rotated halves (and the unrotated rest) of a q/k block as
 separate slices of its reference and rotates them elementwise; logits are the sum of the slices'
 products, so no concatenation is needed (Triton has none) and Triton's power-of-two shapes need
 half, R - half and D - R to be powers of two (or 0 for the last). The tile math is
 models/kernels/blocks.py, shared with the TPU kernels.
 
-Inputs (prepared by models/kernels/flash.py): q, k, v, do [B, H, L, D] with L a multiple of the
-blocks; position and segment ids int32 [B, L]; inverse frequencies float32 [B, half]; bias
-parameters float32 [H, PARAM_LANES]; lse and delta float32 [B, H, L, 1].
+Inputs (prepared by models/kernels/flash.py): q, do [B, H, L, D] and k, v [B, KVH, L, D] with L
+a multiple of the blocks and KVH a divisor of H; position and segment ids int32 [B, L]; inverse
+frequencies float32 [B, half]; bias parameters float32 [H, PARAM_LANES] (per query head); lse
+and delta float32 [B, H, L, 1].
 """
 
 from __future__ import annotations
@@ -224,11 +232,13 @@ def _extra(st: Static, inv, prm):
 
 
 def forward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm):
-  """Forward kernel: (out [B, H, L, D] in q's dtype, lse float32 [B, H, L, 1])."""
+  """Forward kernel: (out [B, H, L, D] in q's dtype, lse float32 [B, H, L, 1]); k, v
+  [B, KVH, L, D], query head h reading KV head h // (H / KVH)."""
   b, h, length, d = q.shape
   bq = st.block_q
+  kv = blocks.kv_head(h // k.shape[1])
   rows = pl.BlockSpec((None, None, bq, d), lambda b_, h_, i: (b_, h_, i, 0))
-  full = pl.BlockSpec((None, None, length, d), lambda b_, h_, i: (b_, h_, 0, 0))
+  full = pl.BlockSpec((None, None, length, d), lambda b_, h_, i: (b_, kv(h_), 0, 0))
   extra, extra_specs = _extra(st, inv, prm)
   return _pallas(
       lambda *refs: _fwd_kernel(*refs, st=st), st,
@@ -242,12 +252,16 @@ def forward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm):
 
 
 def backward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm, do, lse, delta):
-  """Backward kernels: (dq, dk, dv) like q, k, v and the bias-parameter gradient partials
-  float32 [B, H, L / block_k_bwd, PARAM_LANES] (None without bias)."""
+  """Backward kernels: dq like q; dk, dv like k, v when KVH = H, else per query head, float32
+  [B, H, L, D] (the caller sums each group); the bias-parameter gradient partials float32
+  [B, H, L / block_k_bwd, PARAM_LANES] (None without bias)."""
   b, h, length, d = q.shape
   bq, bk = st.block_q_bwd, st.block_k_bwd
+  group = h // k.shape[1]
+  kv = blocks.kv_head(group)
   extra, extra_specs = _extra(st, inv, prm)
   full = pl.BlockSpec((None, None, length, d), lambda b_, h_, r: (b_, h_, 0, 0))
+  kv_full = pl.BlockSpec((None, None, length, d), lambda b_, h_, r: (b_, kv(h_), 0, 0))
   full1 = pl.BlockSpec((None, None, length, 1), lambda b_, h_, r: (b_, h_, 0, 0))
   q_rows = pl.BlockSpec((None, None, bq, d), lambda b_, h_, r: (b_, h_, r, 0))
   q_rows1 = pl.BlockSpec((None, None, bq, 1), lambda b_, h_, r: (b_, h_, r, 0))
@@ -255,15 +269,19 @@ def backward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm, do, lse,
       lambda *refs: _dq_kernel(*refs, st=st), st,
       grid=(b, h, length // bq),
       in_specs=(_id_specs(st, bq, 0) + extra_specs
-                + [q_rows, full, full, q_rows, q_rows1, q_rows1]),
+                + [q_rows, kv_full, kv_full, q_rows, q_rows1, q_rows1]),
       out_specs=q_rows,
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       name="rope_flash_dq_gpu",
   )(q_pos, q_seg, k_pos, k_seg, *extra, q, k, v, do, lse, delta)
 
   k_rows = pl.BlockSpec((None, None, bk, d), lambda b_, h_, r: (b_, h_, r, 0))
+  kv_rows = pl.BlockSpec((None, None, bk, d), lambda b_, h_, r: (b_, kv(h_), r, 0))
   out_specs = [k_rows, k_rows]
-  out_shape = [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)]
+  if group == 1:
+    out_shape = [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)]
+  else:  # per query head, float32: summed over each group by the caller
+    out_shape = [jax.ShapeDtypeStruct(q.shape, jnp.float32)] * 2
   if st.bias != "none":
     out_specs.append(pl.BlockSpec((None, None, None, blocks.PARAM_LANES),
                                   lambda b_, h_, r: (b_, h_, r, 0)))
@@ -272,7 +290,7 @@ def backward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm, do, lse,
       lambda *refs: _dkdv_kernel(*refs, st=st), st,
       grid=(b, h, length // bk),
       in_specs=(_id_specs(st, 0, bk) + extra_specs
-                + [full, k_rows, k_rows, full, full1, full1]),
+                + [full, kv_rows, kv_rows, full, full1, full1]),
       out_specs=out_specs,
       out_shape=out_shape,
       name="rope_flash_dkdv_gpu",

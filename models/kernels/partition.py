@@ -8,7 +8,11 @@ communication is needed in the forward pass; in the backward pass the shard_map 
 the bias-parameter gradients over the devices that hold other rows of the batch.
 
 Layout (`KernelPartition`):
-  q, k, v, output      [batch, seq, heads, head_dim]  P(batch axes, None, head axis, None)
+  q, output            [batch, seq, heads, head_dim]  P(batch axes, None, head axis, None)
+  k, v                 [batch, seq, kv_heads, head_dim]
+                                                       the same, or P(batch axes, None, None,
+                                                       None) if the head axis does not divide
+                                                       kv_heads (grouped-query, below)
   positions, segments  int32 [batch, seq]              P(batch axes, None)
   inv_freq             [rot_dim / 2] replicated; [batch, rot_dim / 2] P(batch axes, None)
   bias_params          float32 [heads, P]              P(head axis, None) (ALiBi slopes, KERPLE
@@ -19,6 +23,17 @@ logical axis ("tensor"). The sequence is never split. A mesh axis this module do
 mesh axis does not divide (heads=4 on tensor=8, a batch of 1) is replicated over that axis:
 correct, but the devices along it repeat the work; the first time per shape this is logged
 (absl info), with the axes replicated.
+
+Grouped-query attention (k, v with kv_heads dividing heads, query head h on KV head h // group):
+when the head axis (size t) divides kv_heads, the KV heads are split with the query heads and a
+device's heads keep their grouping (its query head i uses its KV head i // group). When t divides
+heads but not kv_heads, K and V are replicated over the head axis; if each device's heads / t
+query heads share one KV head (group a multiple of heads / t, i.e. kv_heads divides t: MQA, or 2
+KV heads on tensor=8), the device slices that KV head, index axis_index // (t / kv_heads), and
+runs the kernel with it (the shard_map transpose sums the K/V gradients over the head axis);
+otherwise (e.g. 3 KV heads of 24 query heads on tensor=8) a device's query heads would span KV
+heads and the heads are replicated over the head axis (the fallback above). Either replication
+is logged once (absl info), like the others.
 
 Where the mesh comes from: `jax.sharding.get_abstract_mesh()`, the abstract mesh of the trace
 (set by the jitted callers with `models.sharding.trace_under_mesh`). With no mesh, or a mesh of
@@ -48,31 +63,45 @@ class KernelPartition:
 
   Attributes:
     batch_axes: mesh axes that split the batch (() = replicated).
-    head_axis: mesh axis that splits the heads (None = replicated).
+    head_axis: mesh axis that splits the query heads (None = replicated), and the KV heads
+      unless `kv_replicated`.
     replicated: one line per dimension a mesh axis could not split ("" if none).
+    kv_replicated: K and V are replicated over `head_axis` (it does not divide kv_heads) and each
+      device takes the one KV head its query heads share.
   """
 
   batch_axes: tuple[str, ...]
   head_axis: str | None
   replicated: str = ""
+  kv_replicated: bool = False
 
 
-def kernel_partition(mesh_shape, batch: int, heads: int, *, batch_axes=BATCH,
-                     head_axis: str | None = HEAD_AXIS) -> KernelPartition:
+def kernel_partition(mesh_shape, batch: int, heads: int, *, kv_heads: int | None = None,
+                     batch_axes=BATCH, head_axis: str | None = HEAD_AXIS) -> KernelPartition:
   """Chooses the mesh axes that split the batch and the heads.
 
   The batch takes all of `batch_axes` (those of the mesh with size > 1) if their product
   divides it, else the first single one that does, else none; the heads take `head_axis` if its
-  size divides them. Axes of size 1 and axes absent from the mesh are left out.
+  size t divides them. With grouped-query attention (kv_heads < heads) the KV heads are split
+  too if t divides kv_heads; else they are replicated (`kv_replicated`) if each device's heads / t
+  query heads share one KV head (kv_heads divides t), else the query heads are replicated as
+  well (head_axis None). Axes of size 1 and axes absent from the mesh are left out.
 
   Args:
     mesh_shape: {axis name: size} of the mesh (`mesh.shape`).
-    batch: batch rows; heads: attention heads.
+    batch: batch rows; heads: query heads; kv_heads: key/value heads, a divisor of heads
+      (None = heads).
     batch_axes, head_axis: the candidate mesh axes.
 
   Returns:
     A `KernelPartition`.
+
+  Raises:
+    ValueError: kv_heads not a positive divisor of heads.
   """
+  kv_heads = heads if kv_heads is None else kv_heads
+  if kv_heads < 1 or heads % kv_heads:
+    raise ValueError(f"kv_heads {kv_heads} must divide heads {heads}")
   shape = dict(mesh_shape)
   present = tuple(a for a in batch_axes if shape.get(a, 1) > 1)
   candidates = [present] + ([(a,) for a in present] if len(present) > 1 else [])
@@ -88,7 +117,19 @@ def kernel_partition(mesh_shape, batch: int, heads: int, *, batch_axes=BATCH,
     notes.append(f"heads {heads} are not divisible by mesh axis {head_axis}="
                  f"{shape[head_axis]}: replicated over it")
     split_heads = None
-  return KernelPartition(chosen, split_heads, "; ".join(notes))
+  kv_replicated = False
+  if split_heads and kv_heads % shape[head_axis]:
+    size = shape[head_axis]
+    if size % kv_heads == 0:  # each device's heads / size query heads share one KV head
+      kv_replicated = True
+      notes.append(f"kv_heads {kv_heads} are not divisible by mesh axis {head_axis}={size}: "
+                   f"K and V replicated over it (each device uses its query heads' KV head)")
+    else:
+      notes.append(f"kv_heads {kv_heads} are not divisible by mesh axis {head_axis}={size} and "
+                   f"a device's {heads // size} query heads would span KV heads: heads "
+                   f"replicated over it")
+      split_heads = None
+  return KernelPartition(chosen, split_heads, "; ".join(notes), kv_replicated)
 
 
 _REPLICATIONS_LOGGED: set[str] = set()  # KernelPartition.replicated lines already logged
@@ -104,7 +145,9 @@ def partitioned_flash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
   """`flash.flash_attention` on the mesh of the trace, per device in `jax.shard_map`.
 
   Args:
-    q, k, v: [batch, seq, heads, head_dim], one float dtype (float32 or bfloat16).
+    q: [batch, seq, heads, head_dim], float32 or bfloat16.
+    k, v: [batch, seq, kv_heads, head_dim] in q's dtype, kv_heads a divisor of heads (grouped-
+      query attention; see the module docstring for how they are split).
     q_positions, k_positions: int32 [batch, seq] position ids.
     q_segment_ids, k_segment_ids: int32 [batch, seq] document ids.
     spec: the positional part (models/kernels/spec.py); `spec.bias_params` [heads, P] is split
@@ -117,23 +160,27 @@ def partitioned_flash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
   Returns:
     [batch, seq, heads, head_dim] in q's dtype, equal to `flash.flash_attention`'s (up to the
     order of the sums of the bias-parameter gradients). Differentiable w.r.t. q, k, v and
-    `spec.bias_params`.
+    `spec.bias_params`; the k, v gradients [batch, seq, kv_heads, head_dim].
 
   Raises:
-    ValueError: as `flash.flash_attention` (shapes, spec, a spec the backend cannot compute).
+    ValueError: as `flash.flash_attention` (shapes, kv_heads not dividing heads, spec, a spec
+      the backend cannot compute).
   """
   mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh
   kernel = functools.partial(flash.flash_attention, backend=backend, interpret=interpret,
                              block_sizes=block_sizes)
   if mesh.empty or mesh.size == 1:
     return kernel(q, k, v, q_positions, k_positions, q_segment_ids, k_segment_ids, spec)
+  flash.check_qkv(q, k, v)
   b, _, h, _ = q.shape
-  part = kernel_partition(mesh.shape, b, h)
+  kv_heads = k.shape[2]
+  part = kernel_partition(mesh.shape, b, h, kv_heads=kv_heads)
   if part.replicated and part.replicated not in _REPLICATIONS_LOGGED:
     _REPLICATIONS_LOGGED.add(part.replicated)
     logging.info("fused attention kernel on mesh %s: %s", dict(mesh.shape), part.replicated)
   rows = part.batch_axes or None
   x_spec, id_spec = P(rows, None, part.head_axis, None), P(rows, None)
+  kv_spec = P(rows, None, None, None) if part.kv_replicated else x_spec
   inv = spec.inv_freq
   if inv is not None and inv.ndim == 2:  # per-row frequencies travel with their rows
     inv = jax.numpy.broadcast_to(inv, (b, inv.shape[-1]))
@@ -142,12 +189,16 @@ def partitioned_flash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
   prm_spec = None if prm is None else P(part.head_axis, None)
 
   def local(q, k, v, q_pos, k_pos, q_seg, k_seg, inv, prm):
+    if part.kv_replicated:  # this device's query heads share KV head axis_index // (t / kv)
+      kv = jax.lax.axis_index(part.head_axis) // (mesh.shape[part.head_axis] // kv_heads)
+      k, v = (jax.lax.dynamic_slice_in_dim(x, kv, 1, axis=2) for x in (k, v))
     return kernel(q, k, v, q_pos, k_pos, q_seg, k_seg,
                   dataclasses.replace(spec, inv_freq=inv, bias_params=prm))
 
   return jax.shard_map(
       local, mesh=mesh,
-      in_specs=(x_spec, x_spec, x_spec, id_spec, id_spec, id_spec, id_spec, inv_spec, prm_spec),
+      in_specs=(x_spec, kv_spec, kv_spec, id_spec, id_spec, id_spec, id_spec, inv_spec,
+                prm_spec),
       out_specs=x_spec, check_vma=False)(
           q, k, v, q_positions, k_positions, q_segment_ids, k_segment_ids, inv, prm)
 

@@ -5,6 +5,8 @@
 bias. Causal attention over packed documents: query i sees key j iff j <= i and both carry the
 same segment id. Softmax in float32, masked logits set to the float32 minimum, the
 probabilities cast to v's dtype before the product with v (as models/attention.py `attend`).
+Grouped-query attention (Ainslie et al., arXiv 2305.13245): k and v may have fewer heads than
+q; each is repeated per group (query head h uses KV head h // group, transformers' `repeat_kv`).
 
 Sources: FlashAttention computes this function blockwise (Dao et al., arXiv 2205.14135;
 FlashAttention-2, arXiv 2307.08691); RoPE arXiv 2104.09864; ALiBi arXiv 2108.12409; KERPLE arXiv
@@ -103,20 +105,29 @@ def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: j
   entries set to the float32 minimum, softmax in float32.
 
   Args:
-    q, k, v: [batch, seq, heads, head_dim], same dtype; q and k of the same length (self-attention).
+    q: [batch, seq, heads, head_dim].
+    k, v: [batch, seq, kv_heads, head_dim] in q's dtype, kv_heads a divisor of heads (grouped-
+      query attention: query head h attends with KV head h // (heads // kv_heads), k and v
+      repeated per group); q and k of the same length (self-attention).
     q_positions, k_positions: int32 [batch, seq] position ids.
     q_segment_ids, k_segment_ids: int32 [batch, seq] document ids.
-    spec: the positional part (models/kernels/spec.py).
+    spec: the positional part (models/kernels/spec.py); bias_params per query head.
 
   Returns:
     [batch, seq, heads, head_dim] in q's dtype.
 
   Raises:
-    ValueError: q and k of different lengths, or an inconsistent spec.
+    ValueError: q and k of different lengths, kv_heads not dividing heads, or an inconsistent
+      spec.
   """
   b, length, h, d = q.shape
   if k.shape[1] != length:
     raise ValueError(f"self-attention needs q and k of one length; got {length}, {k.shape[1]}")
+  if not k.shape[2] or h % k.shape[2] or v.shape[2] != k.shape[2]:
+    raise ValueError(f"k and v need kv_heads dividing the {h} query heads; got {k.shape[2]}, "
+                     f"{v.shape[2]}")
+  if k.shape[2] != h:  # grouped-query attention: repeat each KV head over its group
+    k, v = (jnp.repeat(x, h // k.shape[2], axis=2) for x in (k, v))
   spec.check(h)
   scale = spec.qk_scale * d ** -0.5
   qr = (rotate(q, q_positions, spec.inv_freq, spec.position_scale) * scale).astype(q.dtype)

@@ -11,6 +11,11 @@ Alg. 1; FlashAttention-2's work split, arXiv 2307.08691, Sec. 3):
   dk, dv    grid (B, H, L / block_k_bwd, L / block_q_bwd), queries innermost; also the partial
             gradients of the bias parameters of its key block (summed by the caller).
 
+Grouped-query attention (k, v with KVH = H / group heads): the grids run over the query heads
+and the K/V BlockSpecs read KV head h // group (`blocks.kv_head`), so no K/V copy per query
+head. dk, dv are computed per query head as float32 partials [B, H, L, D] (k's dtype when
+group = 1), summed over each group by the caller (models/kernels/flash.py), as in gpu.py.
+
 RoPE works on full-width [rows, head_dim] blocks: each lane's partner of the half-split rotation
 comes from a lane roll (`pltpu.roll`, the XLU), so the q k^T product keeps the full head_dim
 contraction on the MXU. The rotated query block is computed once per row of the grid and kept
@@ -19,9 +24,10 @@ columns, key-side ids as [1, cols] rows (key position ids also as a column, for 
 bias parameters as a [1, PARAM_LANES] row per head, the log-sum-exp as [rows, 1]. The tile math
 is models/kernels/blocks.py, shared with the GPU kernels.
 
-Inputs (prepared by models/kernels/flash.py): q, k, v, do [B, H, L, D] with L a multiple of the
-blocks; position and segment ids int32 [B, L]; inverse frequencies float32 [B, half]; bias
-parameters float32 [H, PARAM_LANES]; lse and delta float32 [B, H, L, 1].
+Inputs (prepared by models/kernels/flash.py): q, do [B, H, L, D] and k, v [B, KVH, L, D] with L
+a multiple of the blocks and KVH a divisor of H; position and segment ids int32 [B, L]; inverse
+frequencies float32 [B, half]; bias parameters float32 [H, PARAM_LANES] (per query head); lse
+and delta float32 [B, H, L, 1].
 """
 
 from __future__ import annotations
@@ -230,15 +236,18 @@ def _specs(st: Static, q_block: int, k_block: int, q_index, k_index) -> list:
   return specs
 
 
-def _tile(block: int, d: int, index) -> pl.BlockSpec:
-  """[block, d] tiles of a [B, H, L, d] array at the block `index(*grid)`."""
-  return pl.BlockSpec((None, None, block, d), lambda *g: (g[0], g[1], index(*g), 0))
+def _tile(block: int, d: int, index, head=lambda h: h) -> pl.BlockSpec:
+  """[block, d] tiles of a [B, heads, L, d] array at the block `index(*grid)` of head
+  `head(grid head)` (`blocks.kv_head` for k and v)."""
+  return pl.BlockSpec((None, None, block, d), lambda *g: (g[0], head(g[1]), index(*g), 0))
 
 
 def forward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm):
-  """Forward kernel: (out [B, H, L, D] in q's dtype, lse float32 [B, H, L, 1])."""
+  """Forward kernel: (out [B, H, L, D] in q's dtype, lse float32 [B, H, L, 1]); k, v
+  [B, KVH, L, D], query head h reading KV head h // (H / KVH)."""
   b, h, length, d = q.shape
   bq, bk = st.block_q, st.block_k
+  kv = blocks.kv_head(h // k.shape[1])
   q_index = lambda b_, h_, i, j: i
   # Key blocks above the diagonal repeat the diagonal block: no copy, and _step skips them.
   k_index = lambda b_, h_, i, j: jnp.minimum(j, ((i + 1) * bq - 1) // bk)
@@ -246,7 +255,7 @@ def forward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm):
       lambda *refs: _fwd_kernel(*refs, st=st), st,
       grid=(b, h, length // bq, length // bk),
       in_specs=(_specs(st, bq, bk, q_index, k_index)
-                + [_tile(bq, d, q_index), _tile(bk, d, k_index), _tile(bk, d, k_index)]),
+                + [_tile(bq, d, q_index), _tile(bk, d, k_index, kv), _tile(bk, d, k_index, kv)]),
       out_specs=[_tile(bq, d, q_index), _tile(bq, 1, q_index)],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length, 1), jnp.float32)],
@@ -257,10 +266,13 @@ def forward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm):
 
 
 def backward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm, do, lse, delta):
-  """Backward kernels: (dq, dk, dv) like q, k, v and the bias-parameter gradient partials
-  float32 [B, H, L / block_k_bwd, PARAM_LANES] (None without bias)."""
+  """Backward kernels: dq like q; dk, dv like k, v when KVH = H, else per query head, float32
+  [B, H, L, D] (the caller sums each group); the bias-parameter gradient partials float32
+  [B, H, L / block_k_bwd, PARAM_LANES] (None without bias)."""
   b, h, length, d = q.shape
   bq, bk = st.block_q_bwd, st.block_k_bwd
+  group = h // k.shape[1]
+  kv = blocks.kv_head(group)
   nq, nk = length // bq, length // bk
   layouts = _layouts(st, q_pos, q_seg, k_pos, k_seg, inv, prm)
 
@@ -271,7 +283,7 @@ def backward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm, do, lse,
       lambda *refs: _dq_kernel(*refs, st=st), st,
       grid=(b, h, nq, nk),
       in_specs=(_specs(st, bq, bk, q_index, k_index)
-                + [_tile(bq, d, q_index), _tile(bk, d, k_index), _tile(bk, d, k_index),
+                + [_tile(bq, d, q_index), _tile(bk, d, k_index, kv), _tile(bk, d, k_index, kv),
                    _tile(bq, d, q_index), _tile(bq, 1, q_index), _tile(bq, 1, q_index)]),
       out_specs=_tile(bq, d, q_index),
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
@@ -283,7 +295,10 @@ def backward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm, do, lse,
   kq_index = lambda b_, h_, j, i: jnp.maximum(i, (j * bk) // bq)
   kk_index = lambda b_, h_, j, i: j
   out_specs = [_tile(bk, d, kk_index), _tile(bk, d, kk_index)]
-  out_shape = [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)]
+  if group == 1:
+    out_shape = [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)]
+  else:  # per query head, float32: summed over each group by the caller
+    out_shape = [jax.ShapeDtypeStruct(q.shape, jnp.float32)] * 2
   if st.bias != "none":
     out_specs.append(pl.BlockSpec((None, None, None, 1, blocks.PARAM_LANES),
                                   lambda b_, h_, j, i: (b_, h_, j, 0, 0)))
@@ -292,7 +307,7 @@ def backward(st: Static, q, k, v, q_pos, q_seg, k_pos, k_seg, inv, prm, do, lse,
       lambda *refs: _dkdv_kernel(*refs, st=st), st,
       grid=(b, h, nk, nq),
       in_specs=(_specs(st, bq, bk, kq_index, kk_index)
-                + [_tile(bq, d, kq_index), _tile(bk, d, kk_index), _tile(bk, d, kk_index),
+                + [_tile(bq, d, kq_index), _tile(bk, d, kk_index, kv), _tile(bk, d, kk_index, kv),
                    _tile(bq, d, kq_index), _tile(bq, 1, kq_index), _tile(bq, 1, kq_index)]),
       out_specs=out_specs,
       out_shape=out_shape,

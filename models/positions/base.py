@@ -31,7 +31,7 @@ class Dims:
   """Model sizes a scheme may need (tokens for lengths).
 
   Attributes:
-    num_heads: attention heads H.
+    num_heads: attention (query) heads H.
     head_dim: per-head width D.
     d_model: residual width.
     num_layers: decoder blocks (for per-layer parameters).
@@ -43,6 +43,9 @@ class Dims:
     kernel_blocks: the fused kernel's tiles in tokens, (model.kernel_block_q, kernel_block_k,
       kernel_block_q_bwd, kernel_block_k_bwd); 0 = the backend's default
       (models/kernels/flash.py `BlockSizes`).
+    num_kv_heads: key/value heads (grouped-query attention; Ainslie et al., arXiv 2305.13245):
+      H for multi-head attention, 1 for multi-query; divides H. Query head h reads KV head
+      h // (H / num_kv_heads).
   """
 
   num_heads: int
@@ -54,6 +57,12 @@ class Dims:
   param_dtype: str = "float32"
   attention_impl: str = "xla"
   kernel_blocks: tuple[int, int, int, int] = (0, 0, 0, 0)
+  num_kv_heads: int = 0  # 0: num_heads (see `kv_heads`)
+
+  @property
+  def kv_heads(self) -> int:
+    """Key/value heads: `num_kv_heads`, or `num_heads` when it is 0 (multi-head attention)."""
+    return self.num_kv_heads or self.num_heads
 
   @classmethod
   def from_config(cls, config) -> "Dims":
@@ -63,7 +72,15 @@ class Dims:
     return cls(num_heads=m.num_heads, head_dim=head_dim, d_model=m.d_model,
                num_layers=m.num_layers, train_len=config.data.train_len, init_std=m.init_std,
                param_dtype=m.param_dtype, attention_impl=m.get("attention_impl", "xla"),
-               kernel_blocks=tuple(m.get(f"kernel_{f}", 0) for f in KERNEL_BLOCK_FIELDS))
+               kernel_blocks=tuple(m.get(f"kernel_{f}", 0) for f in KERNEL_BLOCK_FIELDS),
+               num_kv_heads=kv_heads(m))
+
+
+def kv_heads(model_config) -> int:
+  """`model.num_kv_heads` resolved: -1 (or absent, in configs written before the field) means
+  `model.num_heads` (multi-head attention)."""
+  n = model_config.get("num_kv_heads", -1)
+  return model_config.num_heads if n == -1 else n
 
 
 def check_per_layer(cfg) -> None:
@@ -113,6 +130,13 @@ class PositionalScheme(nnx.Module):
   position_layout: str = ""
   embed_stream: str = "positions"
   attention_stream: str = "positions"
+  # True when `rotate` treats heads differently (per-head parameters or per-head choices: PoPE's
+  # key phases, FoPE's coefficients, RoPE on some heads only). Under grouped-query attention the
+  # keys are then repeated to the query heads before `rotate` (each query head rotates its copy
+  # of the shared key with its own parameters); otherwise `rotate` sees the keys with their
+  # `num_kv_heads` heads, as Llama does, and they are repeated after it. The KV cache holds the
+  # unrotated keys with num_kv_heads heads either way (models/attention.py).
+  per_head_rotation: bool = False
 
   @classmethod
   def check_config(cls, cfg, dims: Dims) -> None:
@@ -124,7 +148,11 @@ class PositionalScheme(nnx.Module):
 
   def rotate(self, q: jax.Array, k: jax.Array, q_positions: jax.Array, k_positions: jax.Array,
              layer: int) -> tuple[jax.Array, jax.Array]:
-    """q: [batch, q_len, heads, head_dim], k: [batch, k_len, heads, head_dim] -> (q, k)."""
+    """q: [batch, q_len, heads, head_dim], k: [batch, k_len, kv_heads, head_dim] -> (q, k).
+
+    kv_heads is `num_kv_heads` (grouped-query attention), or `heads` when the scheme declares
+    `per_head_rotation` or the model has multi-head attention. A rotation that does not depend
+    on the head works on either."""
     return q, k
 
   def bias(self, q_positions: jax.Array, k_positions: jax.Array, layer: int, *,

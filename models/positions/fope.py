@@ -77,6 +77,7 @@ class FoPE(PositionalScheme):
   """
 
   relative = True  # positions reach attention only as ids (the rotate hook)
+  per_head_rotation = True  # per-head parameters: under GQA each query head rotates its key copy
 
   # model.position fields it reads: name -> (default, comment); configs/base.py gathers them.
   config_fields = {

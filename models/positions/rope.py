@@ -213,6 +213,7 @@ class RoPE(PositionalScheme):
     # form of the RoPE/NoPE hybrid that "RoPE to NoPE and back" (arXiv 2501.18795) builds from
     # whole layers (`nope_every`); -1 = all heads.
     self.rope_heads = -1 if heads in (-1, dims.num_heads) else heads
+    self.per_head_rotation = self.rope_heads != -1  # base.PositionalScheme.per_head_rotation
     thetas = tuple(cfg.get("rope_theta_per_layer", ()) or ())
     nope_every = int(cfg.get("nope_every", 0) or 0)
     if cfg.get("rope_scaling", "none") == "none":

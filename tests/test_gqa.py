@@ -1,0 +1,202 @@
+"""Grouped-query attention, QK-norm, QKV biases and norm_eps (models/attention.py).
+
+- Off, they are bitwise the model as it was before they existed: logits, loss and gradients of
+  tiny models hash to the digests that commit bf42dc0 (the code before these fields) gives on
+  this platform.
+- GQA equals multi-head attention whose K/V weights are repeated per group, for every scheme.
+- QK-norm equals RMSNorm written out by hand, in both forms; biases add to the projections.
+- Cached decoding keeps only the KV heads and equals full recomputation (tests/test_decoding.py
+  runs every scheme under GQA); 8 devices equal one (training).
+"""
+
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import train
+from conftest import sample_tokens, tiny_config
+from models import positions
+from models.attention import Attention
+from models.decoder import Decoder
+
+TOKENS = jnp.asarray(sample_tokens(np.random.default_rng(0), (2, 24)), jnp.int32)
+POS = jnp.broadcast_to(jnp.arange(24, dtype=jnp.int32), (2, 24))
+SEG = jnp.ones((2, 24), jnp.int32)
+
+# sha256[:16] of (logits, loss, gradients) in float32 of `tiny_config` models (Rngs(0)), computed
+# with the code of commit bf42dc0, before num_kv_heads, qk_norm, qkv_bias and norm_eps existed.
+BEFORE = {
+    "rope/gelu": ("8f1117e1cab92253", "3a09628f41dd781a", "05f3c52c1ebd5084"),
+    "rope/swiglu": ("b93052f3a60a1ca0", "e7e9c8a2ce53e12e", "cc26ad25a043266f"),
+    "alibi/gelu": ("75e2c5de4fb16010", "50c383034445db90", "0fda505e072f613e"),
+    "alibi/swiglu": ("7c6b47e4a21fe4f9", "bb7f2385fc7068c2", "fd2d61766abdf53b"),
+    "none/gelu": ("8733572d36ea4744", "1a5bd52457ec0936", "ec3c69372eb60f8e"),
+    "t5/swiglu": ("e787ce403cc18792", "f93f5d79e585c983", "b29d310f14978fdc"),
+    "cope/gelu": ("8733572d36ea4744", "1a5bd52457ec0936", "a39ae8ae18f18fcb"),
+    "pope/swiglu": ("8720df8987ddd84c", "91ab41847d2a742e", "928aa1f4529602d8"),
+    "fope/gelu": ("dad2b8df00a059ea", "1be1573b53c52da0", "ba5eb64b35b508f3"),
+}
+
+
+def digest(x) -> str:
+  return hashlib.sha256(np.asarray(x, np.float32).tobytes()).hexdigest()[:16]
+
+
+def loss_and_grads(model):
+  graph, params = nnx.split(model)
+
+  def loss(p):
+    logits = nnx.merge(graph, p)(TOKENS, POS, SEG, train=True)
+    logp = jax.nn.log_softmax(logits[:, :-1])
+    return -jnp.mean(logp[jnp.arange(2)[:, None], jnp.arange(23), TOKENS[:, 1:]])
+  value, grads = jax.jit(jax.value_and_grad(loss))(params)
+  return value, jnp.concatenate([g.ravel() for g in jax.tree.leaves(grads)])
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+@pytest.mark.parametrize("explicit", [False, True], ids=["defaults", "explicit"])
+def test_off_is_bitwise_the_model_before_these_fields(name, explicit):
+  kind, act = name.split("/")
+  c = tiny_config("unused", kind)
+  c.model.mlp_activation, c.model.tie_embeddings = act, act == "gelu"
+  if explicit:  # every new field at the value that means "as before"
+    c.model.num_kv_heads, c.model.qk_norm, c.model.qkv_bias = 4, "none", False
+    c.model.norm_eps = 1e-6
+  model = Decoder(c, rngs=nnx.Rngs(0))
+  value, grads = loss_and_grads(model)
+  assert (digest(model(TOKENS, POS, SEG)), digest(value), digest(grads)) == BEFORE[name]
+
+
+def config(kind, **model):
+  c = tiny_config("unused", kind)
+  for key, value in model.items():
+    c.model[key] = value
+  return c
+
+
+def repeated_to_heads(gqa_state: dict, group: int) -> dict:
+  """The GQA model's parameters as a multi-head model's: wk, wv (and bk, bv) of each layer
+  repeated per group along their head axis."""
+  def one(path, leaf):
+    name = path[-1].key if hasattr(path[-1], "key") else str(path[-1])
+    if name in ("wk", "wv"):
+      return jnp.repeat(leaf, group, axis=1)
+    if name in ("bk", "bv"):
+      return jnp.repeat(leaf, group, axis=0)
+    return leaf
+  return jax.tree_util.tree_map_with_path(one, gqa_state)
+
+
+@pytest.mark.parametrize("kind", sorted(positions.REGISTRY))
+@pytest.mark.parametrize("kv", [2, 1], ids=["gqa", "mqa"])
+def test_gqa_equals_multi_head_attention_with_repeated_kv_weights(kind, kv):
+  extra = {"qk_norm": "head", "qkv_bias": True} if kind in ("rope", "alibi") else {}
+  gqa = Decoder(config(kind, num_kv_heads=kv, **extra), rngs=nnx.Rngs(1))
+  graph, state = nnx.split(gqa)
+  state = jax.tree.map(lambda x: x + 0.01 * jnp.sin(jnp.arange(x.size).reshape(x.shape) + 1.0),
+                       nnx.to_pure_dict(state))  # nonzero biases, norm scales away from 1
+  nnx.replace_by_pure_dict(nnx.state(gqa), state)
+  mha = Decoder(config(kind, num_kv_heads=-1, **extra), rngs=nnx.Rngs(1))
+  nnx.replace_by_pure_dict(nnx.state(mha), repeated_to_heads(state, 4 // kv))
+  np.testing.assert_allclose(np.asarray(gqa(TOKENS, POS, SEG)), np.asarray(mha(TOKENS, POS, SEG)),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_gqa_parameters_and_cache_hold_only_the_kv_heads():
+  model = Decoder(config("rope", num_kv_heads=2, qkv_bias=True), rngs=nnx.Rngs(0))
+  attn = model.blocks[0].attention
+  assert attn.wq.shape == (64, 4, 16) and attn.wk.shape == attn.wv.shape == (64, 2, 16)
+  assert attn.bq.shape == (4, 16) and attn.bk.shape == attn.bv.shape == (2, 16)
+  assert attn.wk.logical_axes == ("embed", "kv_heads", "head_dim")
+  cache = model.init_cache(3, 10)
+  assert cache[0].k.shape == cache[0].v.shape == (3, 10, 2, 16)
+  full = Decoder(config("rope"), rngs=nnx.Rngs(0)).init_cache(3, 10)
+  assert full[0].k.size == 2 * cache[0].k.size
+
+
+def rms(x, scale, eps):
+  x = np.asarray(x, np.float64)
+  return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * np.asarray(scale)
+
+
+@pytest.mark.parametrize("form", ["head", "full"])
+def test_qk_norm_is_rmsnorm_written_out(form):
+  dims = positions.Dims(num_heads=4, head_dim=8, d_model=32, num_layers=1, train_len=16,
+                        num_kv_heads=2)
+  attn = Attention(dims, 0, dtype=jnp.float32, rngs=nnx.Rngs(0), qk_norm=form, qkv_bias=True,
+                   norm_eps=1e-5)
+  rng = np.random.default_rng(0)
+  for p in (attn.bq, attn.bk, attn.bv, attn.q_norm.scale, attn.k_norm.scale):
+    p[...] = jnp.asarray(rng.normal(size=p.shape), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(2, 5, 32)), jnp.float32)
+  q, k, v = attn._project(x)
+  x64 = np.asarray(x, np.float64)
+  q_lin = np.einsum("bsd,dhe->bshe", x64, np.asarray(attn.wq[...])) + np.asarray(attn.bq[...])
+  k_lin = np.einsum("bsd,dhe->bshe", x64, np.asarray(attn.wk[...])) + np.asarray(attn.bk[...])
+  v_lin = np.einsum("bsd,dhe->bshe", x64, np.asarray(attn.wv[...])) + np.asarray(attn.bv[...])
+  if form == "head":  # one scale of head_dim, each head normalised over its head_dim
+    want_q = rms(q_lin, attn.q_norm.scale[...], 1e-5)
+    want_k = rms(k_lin, attn.k_norm.scale[...], 1e-5)
+  else:  # the whole projection normalised at once (OLMo 2)
+    want_q = rms(q_lin.reshape(2, 5, 32), attn.q_norm.scale[...], 1e-5).reshape(q_lin.shape)
+    want_k = rms(k_lin.reshape(2, 5, 16), attn.k_norm.scale[...], 1e-5).reshape(k_lin.shape)
+  assert attn.q_norm.scale.shape == ((8,) if form == "head" else (32,))
+  assert attn.k_norm.scale.shape == ((8,) if form == "head" else (16,))
+  np.testing.assert_allclose(np.asarray(q), want_q, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(k), want_k, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(v), v_lin, rtol=1e-5, atol=1e-5)
+
+
+def test_norm_eps_reaches_every_norm():
+  model = Decoder(config("rope", qk_norm="head", norm_eps=1e-3), rngs=nnx.Rngs(0))
+  block = model.blocks[0]
+  assert {block.attn_norm.epsilon, block.mlp_norm.epsilon, model.final_norm.epsilon,
+          block.attention.q_norm.epsilon, block.attention.k_norm.epsilon} == {1e-3}
+
+
+def losses(workdir):
+  import json
+  with open(f"{workdir}/metrics.jsonl") as f:
+    return [(r["step"], r["loss"]) for r in map(json.loads, f) if "loss" in r]
+
+
+@pytest.mark.parametrize("kv", [2, 1], ids=["kv_over_tensor", "kv_replicated"])
+def test_gqa_eight_devices_match_one_device(text_corpus, tmp_path, kv):
+  """KV heads split over `tensor` (2 of 2) or replicated (1 head on a tensor axis of 2)."""
+  def make():
+    c = tiny_config(text_corpus, "rope")
+    c.model.num_kv_heads, c.model.qk_norm, c.model.qkv_bias = kv, "head", True
+    c.train.num_steps = 4
+    c.eval.length_multipliers = (1.0,)
+    return c
+  train.train_and_evaluate(make(), str(tmp_path / "one"), devices=jax.devices()[:1])
+  eight = make()
+  eight.mesh.data, eight.mesh.fsdp, eight.mesh.tensor = 2, 2, 2
+  train.train_and_evaluate(eight, str(tmp_path / "eight"))
+  a, b = losses(tmp_path / "one"), losses(tmp_path / "eight")
+  assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
+  np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi", "kerple_log"])
+def test_fused_kernel_equals_xla_under_gqa(kind, caplog):
+  """model.attention_impl="pallas" (the Pallas interpreter on CPU) against the XLA path: the
+  kernel reads each query head's KV head, with in-kernel RoPE or a per-query-head bias (ALiBi,
+  learned KERPLE); logits and gradients. (The schemes with per-head rotation, PoPE, FoPE and
+  RoPE on some heads, have no kernel form and fall back with their reason.)"""
+  def model(impl):
+    c = config(kind, num_kv_heads=2, qk_norm="head", attention_impl=impl)
+    c.model.attention_chunk = 0
+    return Decoder(c, rngs=nnx.Rngs(2))
+  fused, xla = model("pallas"), model("xla")
+  with caplog.at_level("WARNING"):
+    got, got_grads = fused(TOKENS, POS, SEG), loss_and_grads(fused)[1]
+  assert "using the 'xla' attention path" not in caplog.text  # the kernel ran
+  np.testing.assert_allclose(np.asarray(got), np.asarray(xla(TOKENS, POS, SEG)), rtol=2e-5,
+                             atol=2e-5)
+  np.testing.assert_allclose(np.asarray(got_grads), np.asarray(loss_and_grads(xla)[1]),
+                             rtol=1e-4, atol=1e-5)
