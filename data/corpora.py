@@ -1,5 +1,6 @@
-"""Corpora as documents: a user's own `.txt` files or JSON lines, their split by document, and
-corpora prepared as ArrayRecord token shards (`python -m data.prepare`).
+"""Corpora as documents: a user's own `.txt` files, their split by document, and corpora
+prepared as ArrayRecord token shards (`python -m data.prepare`). JSON lines (plain, gzip,
+zstandard) and parquet files are read into documents by data/corpus_formats.py.
 
 A corpus is a list of `Document`s (one work or one file each). `split_documents` assigns whole
 documents to train / validation / test with a deterministic rule, so that held-out documents are
@@ -26,7 +27,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from configs.errors import ConfigError
-from data.tokenizers import SentencePieceTokenizer
+from data.tokenizers import HFTokenizer, SentencePieceTokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,16 +110,20 @@ class DocumentRef:
   """Where one document lies, so that it can be read later, in any process (`read`).
 
   Attributes:
-    name: the document's name (file stem, or the JSON record's id).
+    name: the document's name (file stem, the record's id, or `<file stem>:<number>`).
     path: the file holding it.
-    offset: JSON lines: byte offset of its line in `path`; -1: the whole file is the document.
+    offset: byte offset in `path` of its JSON line, or of its bytes (`length` >= 0); -1: the
+      whole file is the document.
     text_field: JSON lines: the key holding the text.
+    length: >= 0: the document is the `length` UTF-8 bytes at `offset` (the spill file of
+      data/corpus_formats.py, holding the texts of compressed and parquet files); -1: not so.
   """
 
   name: str
   path: str
   offset: int = -1
   text_field: str = "text"
+  length: int = -1
 
   def read(self, field: str = "--source") -> bytes:
     """The document's UTF-8 bytes.
@@ -129,6 +134,10 @@ class DocumentRef:
     """
     if self.offset < 0:
       return read_text_file(self.path, field).data
+    if self.length >= 0:
+      with open(self.path, "rb") as f:
+        f.seek(self.offset)
+        return f.read(self.length)
     with open(self.path, "rb") as f:
       f.seek(self.offset)
       text = json.loads(f.readline())[self.text_field]
@@ -152,55 +161,6 @@ def list_text_file_documents(pattern: str, field: str = "--source") -> list[Docu
     refs.append(DocumentRef(os.path.splitext(os.path.basename(path))[0], path))
   check_unique_names([r.name for r in refs], field)
   return refs
-
-
-def list_jsonl_documents(pattern: str, text_field: str = "text", id_field: str = "",
-                         field: str = "--source") -> tuple[list[DocumentRef], int]:
-  """One `DocumentRef` per JSON object of the JSON-lines files matching `pattern`.
-
-  Every non-blank line must be a JSON object with a string `text_field`. Documents are named
-  by the object's `id_field` (when given; converted with `str`), else `<file stem>:<line number>`
-  (1-based). Objects whose text is empty are skipped.
-
-  Returns:
-    (references in file order then line order, number of skipped empty texts).
-
-  Raises:
-    CorpusError: no file matches, a line is not a JSON object, lacks `text_field` / `id_field`,
-      its text is not a string (or not valid Unicode), or names repeat; the message names file
-      and line.
-  """
-  refs, skipped = [], 0
-  for path in list_text_files(pattern, field):
-    stem = os.path.splitext(os.path.basename(path))[0]
-    offset = 0
-    with open(path, "rb") as f:
-      for number, line in enumerate(f, start=1):
-        start, offset = offset, offset + len(line)
-        if not line.strip():
-          continue
-        try:
-          obj = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-          raise CorpusError(f"{field}: {path}:{number} is not a JSON object ({e})") from e
-        if not isinstance(obj, dict) or not isinstance(obj.get(text_field), str):
-          raise CorpusError(f"{field}: {path}:{number} has no string field {text_field!r} "
-                            "(--text_field names it)")
-        if id_field and id_field not in obj:
-          raise CorpusError(f"{field}: {path}:{number} has no field {id_field!r} (--id_field)")
-        try:
-          obj[text_field].encode("utf-8")
-        except UnicodeEncodeError as e:  # a lone surrogate escape such as "\ud800"
-          raise CorpusError(f"{field}: {path}:{number}: {text_field!r} is not valid Unicode "
-                            f"({e})") from e
-        if not obj[text_field]:
-          skipped += 1
-          continue
-        name = str(obj[id_field]) if id_field else f"{stem}:{number}"
-        refs.append(DocumentRef(name, path, start, text_field))
-  check_unique_names([r.name for r in refs], field,
-                     f"document ids ({id_field!r})" if id_field else "file stems")
-  return refs, skipped
 
 
 SPLITS = ("train", "validation", "test")
@@ -256,6 +216,8 @@ def split_documents(docs: Sequence[Document], validation_fraction: float,
 # A directory written by `python -m data.prepare` (data/prepare.py writes it; this reads it):
 #   manifest.json                    format, source, tokenizer, counts, shards (see PREPARED_FORMAT)
 #   tokenizer.model                  the SentencePiece model (sentencepiece tokenizers only)
+#   tokenizer.json                   the Hugging Face tokenizer, with its tokenizer_config.json if
+#                                    it had one (hf tokenizers only)
 #   <split>-NNNNN.array_record       one record per document: its token ids, no BOS/EOS, as a
 #                                    little-endian array of manifest["record_dtype"]
 #   <split>.lengths.npy              int64 [documents]: tokens per document, in record order
@@ -411,16 +373,18 @@ def check_prepared_tokenizer(manifest: dict, tokenizer, directory: str) -> None:
   """The configured tokenizer must be the one the corpus was prepared with.
 
   Raises:
-    ConfigError: another kind of tokenizer, another SentencePiece model (sha256) or another
-      vocabulary size; names `data.tokenizer` and the value to set.
+    ConfigError: another kind of tokenizer, another SentencePiece model or Hugging Face
+      tokenizer (sha256) or another vocabulary size; names `data.tokenizer` and the value to set.
   """
   t = manifest["tokenizer"]
-  want = (f"'sentencepiece:{os.path.join(directory, t['model'])}'" if t["kind"] == "sentencepiece"
-          else "'byte'")
+  want = {"sentencepiece": f"'sentencepiece:{os.path.join(directory, str(t['model']))}'",
+          "hf": f"'hf:{directory}'"}.get(t["kind"], "'byte'")
   if t["kind"] == "sentencepiece":
     same = isinstance(tokenizer, SentencePieceTokenizer) and tokenizer.model_sha256 == t["sha256"]
+  elif t["kind"] == "hf":
+    same = isinstance(tokenizer, HFTokenizer) and tokenizer.model_sha256 == t["sha256"]
   else:
-    same = not isinstance(tokenizer, SentencePieceTokenizer)
+    same = not isinstance(tokenizer, (SentencePieceTokenizer, HFTokenizer))
   if not same or tokenizer.vocab_size != manifest["vocab_size"]:
     raise ConfigError(f"data.tokenizer={tokenizer!r} is not the tokenizer {directory!r} was prepared "
                       f"with ({t['spec']}, vocab {manifest['vocab_size']}); set data.tokenizer={want}")

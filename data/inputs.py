@@ -39,7 +39,8 @@ def load_splits(config) -> dict[str, list[corpora.Document]]:
   if d.source == "array_record":
     return corpora.load_prepared_splits(d.array_record_dir, get_tokenizer(d.tokenizer),
                                         d.validation_fraction, d.test_fraction)
-  docs = corpus_sources.load_documents(d.source, d.text_glob, d.cache_dir or None)
+  docs = corpus_sources.load_documents(d.source, d.text_glob, d.cache_dir or None,
+                                      d.get("text_field", "text"), d.get("id_field", ""))
   return corpora.split_documents(docs, d.validation_fraction, d.test_fraction)
 
 

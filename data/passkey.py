@@ -49,7 +49,8 @@ from typing import Sequence
 import numpy as np
 
 from data.corpora import Document
-from data.retrieval_prompt import MAX_DIGITS, RetrievalPrompt, _ids, _snap, cell_rng, random_digits
+from data.retrieval_prompt import (MAX_DIGITS, RetrievalPrompt, _ids, _snap, cell_rng,
+                                   probe_numbers, random_digits, widest)
 from data.tokenizers import ByteTokenizer
 
 PASSKEY_PREAMBLE = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
@@ -113,6 +114,8 @@ class PasskeyPrompts:
     self._cycle_ends = np.array(ends, np.int64)  # offsets just after each sentence's period
     self._filler = self._cycle
     self._filler_ends = self._cycle_ends
+    # the key whose needle is widest (all keys are, unless the tokenizer merges digits)
+    self._widest_key = widest(probe_numbers(key_digits), lambda k: len(self.needle_ids(k)))
 
   def needle_ids(self, key: str) -> np.ndarray:
     """int32 [n] tokens of the needle line for `key` (no newline)."""
@@ -120,8 +123,9 @@ class PasskeyPrompts:
 
   @property
   def min_length(self) -> int:
-    """Tokens of a prompt with no filler (BOS, preamble, needle, question, newlines)."""
-    return (len(self._head) + len(self.needle_ids("9" * self.key_digits)) + len(self._question)
+    """Tokens of a prompt with no filler (BOS, preamble, needle, question, newlines), for the
+    widest of the probe keys (`probe_numbers`: exact when every key is equally wide)."""
+    return (len(self._head) + len(self.needle_ids(self._widest_key)) + len(self._question)
             + 3 * len(self._newline))
 
   def _filler_prefix(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -154,10 +158,11 @@ class PasskeyPrompts:
     if not 0.0 <= depth <= 1.0:
       raise ValueError(f"depth must lie in [0, 1]; got {depth}")
     needle = self.needle_ids(key)
-    filler_len = length - self.min_length
+    filler_len = length - (len(self._head) + len(needle) + len(self._question)
+                           + 3 * len(self._newline))  # length - min_length for the widest key
     if filler_len < 0:
       raise ValueError(f"a passkey prompt (preamble={self.preamble}, {self.key_digits}-digit key) "
-                       f"needs at least {self.min_length} tokens; got length {length}")
+                       f"needs at least {length - filler_len} tokens; got length {length}")
     filler, ends = self._filler_prefix(filler_len)
     b = _snap(np.concatenate([[0], ends]), depth * filler_len)
     nl = self._newline
@@ -250,6 +255,9 @@ class NeedlePrompts:
                                          if self.preamble else []))
     self._longest_key = max((f"{a}-{n}" for a in KEY_ADJECTIVES for n in KEY_NOUNS),
                             key=lambda k: self._fixed(k, "9" * value_digits))
+    # the widest value (all are, unless the tokenizer merges digits: `probe_numbers`)
+    self._widest_value = widest(probe_numbers(value_digits),
+                                lambda v: self._fixed(self._longest_key, v))
 
   def _check_value(self, value: str) -> None:
     """Raises ValueError unless `value` is a string of `value_digits` ASCII digits."""
@@ -264,8 +272,9 @@ class NeedlePrompts:
 
   @property
   def min_length(self) -> int:
-    """Tokens of a prompt with no haystack for the longest key (every trial fits from here on)."""
-    return len(self._head) + self._fixed(self._longest_key, "9" * self.value_digits)
+    """Tokens of a prompt with no haystack for the longest key and the widest probe value
+    (every trial fits from here on)."""
+    return len(self._head) + self._fixed(self._longest_key, self._widest_value)
 
   def build(self, length: int, depth: float, key: str, value: str, start: int) -> RetrievalPrompt:
     """A needle prompt of exactly `length` tokens.

@@ -19,7 +19,7 @@ import numpy as np
 
 from data.corpora import Document
 from data.passkey import PasskeyPrompts
-from data.retrieval_prompt import RetrievalPrompt, _ids, random_digits
+from data.retrieval_prompt import RetrievalPrompt, _ids, covering_tokens, random_digits
 from data.tokenizers import ByteTokenizer
 
 
@@ -176,8 +176,10 @@ def answer_windows(tokenizer: ByteTokenizer, *, train_len: int, preamble: bool, 
   [min_document_len, train_len], depth uniform in [0, 1], a random key) from their own seed, one
   per row, each row padded to train_len. Only the targets that are the answer's digits have
   weight 1, so the weighted mean NLL is nats per answer digit: ln 10 = 2.303 while the model
-  only knows the answer's format, near 0 once it copies the key from the needle. train.py logs it
-  as `val_passkey_answer_nll` at each evaluation of a run with data.passkey.fraction > 0.
+  only knows the answer's format, near 0 once it copies the key from the needle. (Under a
+  tokenizer that merges digits, the tokens that spell the digits have weight 1: nats per such
+  token.) train.py logs it as `val_passkey_answer_nll` at each evaluation of a run with
+  data.passkey.fraction > 0.
 
   Args:
     tokenizer: the byte tokenizer.
@@ -200,8 +202,10 @@ def answer_windows(tokenizer: ByteTokenizer, *, train_len: int, preamble: bool, 
   rows = []
   for _ in range(count):
     prompt, key = _draw_document(prompts, rng, n_min, train_len, answer_len)
-    # the answer " 71432.": its digits are its tokens 1 .. key_digits
-    rows.append((prompt.tokens, _ids(tokenizer, answer_suffix(key)), 1, 1 + key_digits))
+    # the answer " 71432.": its digits are bytes 1 .. key_digits (tokens 1 .. key_digits with
+    # the byte tokenizer; the tokens that hold them with one that merges digits)
+    answer = _ids(tokenizer, answer_suffix(key))
+    rows.append((prompt.tokens, answer, *covering_tokens(tokenizer, answer, 1, 1 + key_digits)))
   return answer_rows(tokenizer, train_len, rows)
 
 

@@ -2,11 +2,18 @@
 
   python -m data.prepare --source='corpus/**/*.txt' --tokenizer=byte --out=/data/corpus_byte
   python -m data.prepare --source='dump/*.jsonl' --tokenizer=sentencepiece:32000 --out=/data/corpus_sp32k
+  python -m data.prepare --source='fineweb-edu/sample/10BT/*.parquet' --text_field=text \
+      --id_field=id --tokenizer=sentencepiece:32768 --out=/data/fineweb_edu_sp32k
 
 Steps, all before anything is written to `--out` but the tokenizer model:
-  1. List the documents of `--source`: one per file of a text glob (named by file stem, as
-     `data.source = "text_files"` does), or one per JSON object of JSON-lines files (the string
-     `--text_field`, named by `--id_field` or `<file stem>:<line>`).
+  1. List the documents of `--source` (data/corpus_formats.py, as `data.source = "text_files"`
+     does; a tqdm bar over the records): one per `.txt` file (named by file stem), or one per
+     record of JSON-lines files (`.jsonl`/`.json`, gzip `.jsonl.gz`, zstandard `.jsonl.zst`: the
+     string `--text_field` of each object) or of parquet files (the `--text_field` column of
+     each row), named by `--id_field` or `<file stem>:<line or row>`. Every record is checked
+     here: a file without the text field, a corrupt file or an unknown extension stops the run
+     with one line (exit 2). Compressed and parquet files are streamed once and their texts
+     spilled, uncompressed, under `--tmp_dir` (removed at the end).
   2. Split them by document with the rule of `data.corpora.split_documents` (sha256 of the name;
      `--validation_fraction`, `--test_fraction`), so the prepared splits are the ones the text
      path would make from the same documents.
@@ -14,7 +21,10 @@ Steps, all before anything is written to `--out` but the tokenizer model:
      arXiv 1808.06226; BPE or unigram, `--sp_model_type`) on the training split only: byte
      fallback, identity normalization, whitespace kept, digits split (as LLaMA, arXiv 2302.13971,
      Section 2.1), so `decode(encode(text)) == text` and no text is lost. Saved as
-     `<out>/tokenizer.model`.
+     `<out>/tokenizer.model`. With `--tokenizer=hf:<tokenizer.json or its folder>`, a Hugging
+     Face tokenizer (data/hf_tokenizer.py; checked lossless when loaded) is copied, with the
+     tokenizer_config.json beside it if any, to `<out>/tokenizer.json`; train with
+     `data.tokenizer='hf:<out>'`.
   4. Tokenize every document in parallel (`--workers` processes, a tqdm progress bar) and write
      one ArrayRecord record per document: its token ids, without BOS/EOS, as a little-endian
      uint16 array (int32 when the vocabulary exceeds 65,536), into `<split>-NNNNN.array_record`
@@ -48,12 +58,12 @@ from absl import app, flags
 from tqdm import tqdm
 
 from configs.errors import ConfigError
-from data import corpora
+from data import corpora, corpus_formats
 from data.corpora import DocumentRef
-from data.tokenizers import ByteTokenizer, SentencePieceTokenizer, Tokenizer
+from data.tokenizers import HF_PREFIX, ByteTokenizer, HFTokenizer, SentencePieceTokenizer, Tokenizer
 from runs.files import atomic_write, write_json
 
-SOURCE_FORMATS = ("auto", "text", "jsonl")
+SOURCE_FORMATS = ("auto", *corpus_formats.FORMATS)
 SP_MODEL_TYPES = ("bpe", "unigram")
 SP_SPECIAL = {"unk_id": 0, "bos_id": 1, "eos_id": 2, "pad_id": 3}  # ids of the trained models
 MIN_SP_VOCAB = len(SP_SPECIAL) + 256 + 1  # special pieces + 256 byte pieces + at least one more
@@ -65,7 +75,8 @@ MODEL_FILE = "tokenizer.model"
 
 
 def parse_tokenizer_spec(spec: str) -> tuple[str, int]:
-  """Parses `--tokenizer`: "byte" -> ("byte", 259); "sentencepiece:VOCAB" -> ("sentencepiece", VOCAB).
+  """Parses `--tokenizer`: "byte" -> ("byte", 259); "sentencepiece:VOCAB" -> ("sentencepiece",
+  VOCAB); "hf:<path>" -> ("hf", 0) (its vocabulary is read when `prepare` loads it).
 
   Raises:
     ConfigError: another form, a vocabulary that is not an integer, or one smaller than
@@ -73,10 +84,13 @@ def parse_tokenizer_spec(spec: str) -> tuple[str, int]:
   """
   if spec == "byte":
     return "byte", ByteTokenizer().vocab_size
+  if isinstance(spec, str) and spec.startswith(HF_PREFIX):
+    return "hf", 0
   m = re.fullmatch(r"sentencepiece:(\S+)", spec or "")
   if not m:
     raise ConfigError(f"--tokenizer={spec!r} is not supported; choose 'byte' or "
-                      "'sentencepiece:VOCAB_SIZE' (e.g. sentencepiece:32000)")
+                      "'sentencepiece:VOCAB_SIZE' (e.g. sentencepiece:32000), or "
+                      "'hf:<tokenizer.json or its folder>' (a Hugging Face tokenizer)")
   try:
     vocab = int(m.group(1))
   except ValueError:
@@ -128,38 +142,6 @@ def make_out_dir(out: str) -> None:
     os.makedirs(out, exist_ok=True)
   except OSError as e:
     raise ConfigError(f"--out={out} cannot be created: {e.strerror}") from e
-
-
-def list_source(source: str, source_format: str, text_field: str,
-                id_field: str) -> tuple[list[DocumentRef], str, int]:
-  """The documents of `--source`, without reading them (see module docstring, step 1).
-
-  Returns:
-    (document references, the format used: "text" or "jsonl", empty JSON texts skipped).
-
-  Raises:
-    ConfigError: unknown `source_format`, a jsonl-only flag with text files, or files of both
-      kinds under "auto"; CorpusError: no file matches, bad JSON lines, repeated names.
-  """
-  if source_format not in SOURCE_FORMATS:
-    raise ConfigError(f"--source_format={source_format!r} is not supported; choose one of "
-                      f"{list(SOURCE_FORMATS)}")
-  if not source:
-    raise ConfigError("--source is required: a glob of UTF-8 text files (one document each) "
-                      "or of JSON-lines files")
-  paths = corpora.list_text_files(source, "--source")
-  if source_format == "auto":
-    jsonl = [p.endswith((".jsonl", ".json")) for p in paths]
-    if any(jsonl) and not all(jsonl):
-      raise ConfigError(f"--source={source!r} matches both .jsonl/.json and other files; narrow "
-                        "the glob or set --source_format=text or jsonl")
-    source_format = "jsonl" if all(jsonl) else "text"
-  if source_format == "jsonl":
-    refs, skipped = corpora.list_jsonl_documents(source, text_field, id_field, "--source")
-    return refs, "jsonl", skipped
-  if id_field:
-    raise ConfigError("--id_field applies to JSON-lines sources; text files are named by file stem")
-  return corpora.list_text_file_documents(source, "--source"), "text", 0
 
 
 # ---------------------------------------------------------------------------- SentencePiece
@@ -261,7 +243,9 @@ def _init_worker(tokenizer_state: bytes | None) -> None:
   _WORKER["dtype"] = corpora.record_dtype(_WORKER["tokenizer"].vocab_size)
 
 
-def _build_tokenizer(model_bytes: bytes | None) -> Tokenizer:
+def _build_tokenizer(model_bytes: bytes | HFTokenizer | None) -> Tokenizer:
+  if isinstance(model_bytes, HFTokenizer):  # a Hugging Face tokenizer (pickled to each worker)
+    return model_bytes
   return ByteTokenizer() if model_bytes is None else SentencePieceTokenizer(MODEL_FILE, model_bytes)
 
 
@@ -376,38 +360,14 @@ def _sha256(data: bytes) -> str:
   return hashlib.sha256(data).hexdigest()
 
 
-def prepare(source: str, tokenizer: str, out: str, *, source_format: str = "auto",
-            text_field: str = "text", id_field: str = "", validation_fraction: float = 0.1,
-            test_fraction: float = 0.1, sp_model_type: str = "bpe",
-            sp_character_coverage: float = 0.9995, sp_input_sentences: int = 2_000_000,
-            workers: int = 0, shard_mb: float = 512.0, overwrite: bool = False,
-            show_progress: bool = True) -> dict:
-  """Prepares `source` into `out` (see the module docstring for the steps and the files).
-
-  Args:
-    source: glob of UTF-8 text files (one document each) or of JSON-lines files.
-    tokenizer: "byte" or "sentencepiece:VOCAB_SIZE" (a model is trained, VOCAB_SIZE pieces).
-    out: output directory (local; created).
-    source_format: "auto" (jsonl when every matched file ends in .jsonl/.json), "text", "jsonl".
-    text_field, id_field: JSON lines: the key of the text, and of the document name ("" = file
-      stem and line number).
-    validation_fraction, test_fraction: the split (`data.corpora.split_documents`); keep them
-      equal to the config's `data.validation_fraction` / `data.test_fraction` (checked at load).
-    sp_model_type: "bpe" or "unigram".
-    sp_character_coverage: SentencePiece's character coverage, (0, 1].
-    sp_input_sentences: training sentences sampled from the training split (0 = all).
-    workers: tokenization processes (0 = os.cpu_count(); 1 = in this process).
-    shard_mb: target shard size, MB (10**6 bytes) of records.
-    overwrite: replace a prepared corpus already in `out`.
-    show_progress: show the tqdm progress bar.
-
-  Returns:
-    The manifest (as written to `out/manifest.json`).
+def _check_flags(validation_fraction: float, test_fraction: float, shard_mb: float, workers: int,
+                sp_input_sentences: int, tmp_dir: str) -> None:
+  """Checks `prepare`'s numeric flags and --tmp_dir.
 
   Raises:
-    ConfigError (CorpusError): bad flags or input, each naming the flag and the allowed values.
+    ConfigError: a fraction outside [0, 1), shard_mb <= 0, workers or sp_input_sentences not an
+      integer >= 0, a tmp_dir that is not an existing directory.
   """
-  kind, vocab = parse_tokenizer_spec(tokenizer)
   for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
     if not 0 <= value < 1:
       raise ConfigError(f"--{name} must lie in [0, 1); got {value}")
@@ -417,15 +377,17 @@ def prepare(source: str, tokenizer: str, out: str, *, source_format: str = "auto
     raise ConfigError(f"--workers must be an integer >= 0 (0 = one per CPU); got {workers!r}")
   if not isinstance(sp_input_sentences, int) or sp_input_sentences < 0:
     raise ConfigError(f"--sp_input_sentences must be an integer >= 0 (0 = all); got {sp_input_sentences!r}")
-  check_out_dir(out, overwrite)
-  refs, source_format, skipped = list_source(source, source_format, text_field, id_field)
-  parts = corpora.split_names([r.name for r in refs], validation_fraction, test_fraction)
-  splits = {k: [refs[i] for i in v] for k, v in parts.items()}
-  make_out_dir(out)
-  workers = workers or os.cpu_count() or 1
+  if tmp_dir and not os.path.isdir(tmp_dir):
+    raise ConfigError(f"--tmp_dir={tmp_dir} is not a directory (it holds the texts of compressed "
+                      "and parquet sources while preparing; '' = $TMPDIR)")
+
+
+def _drop_old_manifest(out: str) -> set[str]:
+  """--overwrite: removes `out`'s manifest (the old corpus is incomplete from here on) and
+  returns the shard files it listed (removed once the new manifest is written)."""
   old_manifest = os.path.join(out, corpora.MANIFEST)
   old_files = set()
-  if os.path.exists(old_manifest):  # --overwrite: the old corpus is incomplete from here on
+  if os.path.exists(old_manifest):
     try:
       with open(old_manifest) as f:
         old = json.load(f)
@@ -433,32 +395,15 @@ def prepare(source: str, tokenizer: str, out: str, *, source_format: str = "auto
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
       pass
     os.remove(old_manifest)
+  return old_files
 
-  tokenizer_info = {"spec": tokenizer, "kind": kind, "model": None, "sha256": None}
-  model_bytes = None
-  if kind == "sentencepiece":
-    model_bytes = train_sentencepiece(
-        sample_sentences(splits["train"], sp_input_sentences), vocab, model_type=sp_model_type,
-        character_coverage=sp_character_coverage, num_threads=workers)
-    def write_model(tmp):
-      with open(tmp, "wb") as f:
-        f.write(model_bytes)
-      _readable(tmp)
-    atomic_write(os.path.join(out, MODEL_FILE), write_model)
-    tokenizer_info.update(model=MODEL_FILE, sha256=_sha256(model_bytes), model_type=sp_model_type,
-                          character_coverage=sp_character_coverage, byte_fallback=True,
-                          normalization="identity", split_digits=True)
-  tok = _build_tokenizer(model_bytes)
-  tokenizer_info.update(vocab_size=tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id,
-                        pad_id=tok.pad_id)
-  config_tokenizer = ("byte" if kind == "byte"
-                      else f"sentencepiece:{os.path.join(os.path.abspath(out), MODEL_FILE)}")
-  tokenizer_info["config"] = config_tokenizer
-  dtype = corpora.record_dtype(tok.vocab_size)
 
-  progress = tqdm(total=len(refs), desc="tokenize", unit="doc", disable=not show_progress,
-                  dynamic_ncols=True)
-  shard_bytes = int(shard_mb * 1e6)
+def _tokenize_all(splits: dict[str, list[DocumentRef]], out: str, model_bytes: bytes | None,
+                  workers: int, shard_bytes: int, show_progress: bool) -> dict:
+  """Tokenizes and writes every split (`_tokenize_split`), in `workers` processes (1 = here),
+  under one tqdm bar; returns {split: its manifest entry}."""
+  progress = tqdm(total=sum(len(v) for v in splits.values()), desc="tokenize", unit="doc",
+                  disable=not show_progress, dynamic_ncols=True)
   split_info = {}
   if workers == 1:
     _init_worker(model_bytes)
@@ -471,13 +416,97 @@ def prepare(source: str, tokenizer: str, out: str, *, source_format: str = "auto
         split_info[split] = _tokenize_split(splits[split], split, out, pool, workers, shard_bytes,
                                             progress)
   progress.close()
+  return split_info
+
+
+def prepare(source: str, tokenizer: str, out: str, *, source_format: str = "auto",
+            text_field: str = "text", id_field: str = "", validation_fraction: float = 0.1,
+            test_fraction: float = 0.1, sp_model_type: str = "bpe",
+            sp_character_coverage: float = 0.9995, sp_input_sentences: int = 2_000_000,
+            workers: int = 0, shard_mb: float = 512.0, overwrite: bool = False,
+            tmp_dir: str = "", show_progress: bool = True) -> dict:
+  """Prepares `source` into `out` (see the module docstring for the steps and the files).
+
+  Args:
+    source: glob of UTF-8 text files (one document each), or of JSON-lines (.jsonl, .jsonl.gz,
+      .jsonl.zst) or parquet files (one document per record; data/corpus_formats.py).
+    tokenizer: "byte", "sentencepiece:VOCAB_SIZE" (a model is trained, VOCAB_SIZE pieces) or
+      "hf:<tokenizer.json or its folder>" (copied into `out`).
+    out: output directory (local; created).
+    source_format: "auto" (each file's format by its extension) or one of
+      `corpus_formats.FORMATS` for every file ("text", "jsonl", "jsonl.gz", "jsonl.zst",
+      "parquet").
+    text_field, id_field: records (JSON lines, parquet): the key or column of the text, and of
+      the document name ("" = file stem and line or row number).
+    validation_fraction, test_fraction: the split (`data.corpora.split_documents`); keep them
+      equal to the config's `data.validation_fraction` / `data.test_fraction` (checked at load).
+    sp_model_type: "bpe" or "unigram".
+    sp_character_coverage: SentencePiece's character coverage, (0, 1].
+    sp_input_sentences: training sentences sampled from the training split (0 = all).
+    workers: tokenization processes (0 = os.cpu_count(); 1 = in this process).
+    shard_mb: target shard size, MB (10**6 bytes) of records.
+    overwrite: replace a prepared corpus already in `out`.
+    tmp_dir: where the texts of compressed and parquet files are spilled while preparing (as
+      many bytes as their texts; removed at the end); "" = the system's ($TMPDIR).
+    show_progress: show the tqdm progress bars (reading, tokenizing).
+
+  Returns:
+    The manifest (as written to `out/manifest.json`).
+
+  Raises:
+    ConfigError (CorpusError): bad flags or input, each naming the flag and the allowed values;
+      a bad source file (no text field, corrupt, unknown extension, repeated names:
+      `corpus_formats.list_documents`), all before anything is written to `out`.
+  """
+  kind, vocab = parse_tokenizer_spec(tokenizer)
+  hf_tok = HFTokenizer(tokenizer[len(HF_PREFIX):], field="--tokenizer") if kind == "hf" else None
+  _check_flags(validation_fraction, test_fraction, shard_mb, workers, sp_input_sentences, tmp_dir)
+  check_out_dir(out, overwrite)
+  with tempfile.TemporaryDirectory(prefix="pe_sweeps_prepare_", dir=tmp_dir or None) as spill:
+    refs, source_format, skipped = corpus_formats.list_documents(  # step 1; CorpusError
+        source, source_format, text_field, id_field, spill_dir=spill, show_progress=show_progress)
+    parts = corpora.split_names([r.name for r in refs], validation_fraction, test_fraction)
+    splits = {k: [refs[i] for i in v] for k, v in parts.items()}
+    make_out_dir(out)
+    workers = workers or os.cpu_count() or 1
+    old_files = _drop_old_manifest(out)
+
+    tokenizer_info = {"spec": tokenizer, "kind": kind, "model": None, "sha256": None}
+    model_bytes = None
+    if kind == "sentencepiece":
+      model_bytes = train_sentencepiece(
+          sample_sentences(splits["train"], sp_input_sentences), vocab, model_type=sp_model_type,
+          character_coverage=sp_character_coverage, num_threads=workers)
+      def write_model(tmp):
+        with open(tmp, "wb") as f:
+          f.write(model_bytes)
+        _readable(tmp)
+      atomic_write(os.path.join(out, MODEL_FILE), write_model)
+      tokenizer_info.update(model=MODEL_FILE, sha256=_sha256(model_bytes), model_type=sp_model_type,
+                            character_coverage=sp_character_coverage, byte_fallback=True,
+                            normalization="identity", split_digits=True)
+    if kind == "hf":
+      model_bytes = hf_tok.save(out)
+      tokenizer_info.update(model="tokenizer.json", sha256=hf_tok.model_sha256,
+                            special_tokens=hf_tok.special_tokens)
+    tok = _build_tokenizer(model_bytes)
+    tokenizer_info.update(vocab_size=tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id,
+                          pad_id=tok.pad_id)
+    config_tokenizer = ("byte" if kind == "byte" else f"{HF_PREFIX}{os.path.abspath(out)}"
+                        if kind == "hf"
+                        else f"sentencepiece:{os.path.join(os.path.abspath(out), MODEL_FILE)}")
+    tokenizer_info["config"] = config_tokenizer
+    dtype = corpora.record_dtype(tok.vocab_size)
+
+    split_info = _tokenize_all(splits, out, model_bytes, workers, int(shard_mb * 1e6),
+                               show_progress)
 
   manifest = {
       "format": corpora.PREPARED_FORMAT,
       "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       "source": source, "source_format": source_format,
-      "text_field": text_field if source_format == "jsonl" else None,
-      "id_field": (id_field or None) if source_format == "jsonl" else None,
+      "text_field": text_field if source_format != "text" else None,
+      "id_field": (id_field or None) if source_format != "text" else None,
       "skipped_empty_documents": skipped,
       "tokenizer": tokenizer_info, "vocab_size": tok.vocab_size,
       "record_dtype": dtype.str,
@@ -504,15 +533,19 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """Command-line flags (defined only when run as a script)."""
-  flags.DEFINE_string("source", None, "Glob of UTF-8 text files (one document each) or of "
-                      "JSON-lines files (one document per object).")
-  flags.DEFINE_string("tokenizer", None, "'byte' or 'sentencepiece:VOCAB_SIZE' (trains a model).")
+  flags.DEFINE_string("source", None, "Glob of UTF-8 .txt files (one document each), or of "
+                      "JSON-lines (.jsonl/.json, .jsonl.gz, .jsonl.zst) or parquet files (one "
+                      "document per record).")
+  flags.DEFINE_string("tokenizer", None, "'byte', 'sentencepiece:VOCAB_SIZE' (trains a model) or "
+                      "'hf:<tokenizer.json or its folder>' (a Hugging Face tokenizer).")
   flags.DEFINE_string("out", None, "Output directory (local).")
   flags.DEFINE_enum("source_format", "auto", SOURCE_FORMATS,
-                    "auto: jsonl when every matched file ends in .jsonl/.json, else text.")
-  flags.DEFINE_string("text_field", "text", "JSON lines: the key holding a document's text.")
-  flags.DEFINE_string("id_field", "", "JSON lines: the key naming a document; '' = "
-                      "<file stem>:<line number>.")
+                    "auto: each file's format by its extension (an unknown one is refused); "
+                    "else this format for every file.")
+  flags.DEFINE_string("text_field", "text", "JSON lines: the key holding a document's text; "
+                      "parquet: the column.")
+  flags.DEFINE_string("id_field", "", "JSON lines / parquet: the key or column naming a "
+                      "document; '' = <file stem>:<line or row number>.")
   flags.DEFINE_float("validation_fraction", 0.1, "Share of documents held out for validation "
                      "(must equal the config's data.validation_fraction).")
   flags.DEFINE_float("test_fraction", 0.1, "Share of documents held out for test (must equal "
@@ -525,6 +558,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("workers", 0, "Tokenization processes; 0 = one per CPU, 1 = no pool.")
   flags.DEFINE_float("shard_mb", 512.0, "Target ArrayRecord shard size, MB of records.")
   flags.DEFINE_bool("overwrite", False, "Replace a prepared corpus already in --out.")
+  flags.DEFINE_string("tmp_dir", "", "Where the texts of compressed and parquet sources are "
+                      "spilled while preparing (room for their text); '' = $TMPDIR.")
 
 
 def main(argv) -> None:
@@ -535,14 +570,14 @@ def main(argv) -> None:
     for name in ("source", "tokenizer", "out"):
       if not FLAGS[name].value:
         raise ConfigError(f"--{name} is required (python -m data.prepare --source=GLOB "
-                          "--tokenizer=byte|sentencepiece:VOCAB_SIZE --out=DIR)")
+                          "--tokenizer=byte|sentencepiece:VOCAB_SIZE|hf:PATH --out=DIR)")
     m = prepare(FLAGS.source, FLAGS.tokenizer, FLAGS.out, source_format=FLAGS.source_format,
                 text_field=FLAGS.text_field, id_field=FLAGS.id_field,
                 validation_fraction=FLAGS.validation_fraction, test_fraction=FLAGS.test_fraction,
                 sp_model_type=FLAGS.sp_model_type,
                 sp_character_coverage=FLAGS.sp_character_coverage,
                 sp_input_sentences=FLAGS.sp_input_sentences, workers=FLAGS.workers,
-                shard_mb=FLAGS.shard_mb, overwrite=FLAGS.overwrite)
+                shard_mb=FLAGS.shard_mb, overwrite=FLAGS.overwrite, tmp_dir=FLAGS.tmp_dir)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -31,7 +31,8 @@ def check_retrieval(config) -> None:
       non-empty
       list of numbers in [0, 1]; trials < 1; threshold outside (0, 1]; max_new_tokens < digits + 2 (room for a leading
       space and the character after the number); or, with data.passkey.fraction > 0, a passkey
-      training document that cannot fit in data.train_len tokens, or an algorithmic task.
+      training document that cannot fit in data.train_len tokens, an algorithmic task, or a
+      tokenizer other than the byte tokenizer (the documents' layout counts bytes).
   """
   p = config.data.get("passkey")
   if p is not None:
@@ -44,6 +45,10 @@ def check_retrieval(config) -> None:
       raise ConfigError(f"data.passkey.fraction={p.fraction} mixes passkey documents into text "
                         f"training; it must be 0 with an algorithmic task "
                         f"(data.task.name={task.name!r})")
+    if p.fraction > 0 and config.data.tokenizer != "byte":
+      raise ConfigError(f"data.passkey.fraction={p.fraction} lays passkey documents out in "
+                        f"whole windows by counting bytes: it needs data.tokenizer='byte'; got "
+                        f"{config.data.tokenizer!r} (set data.passkey.fraction=0)")
     if p.fraction > 0:
       need = min_document_len(get_tokenizer(config.data.tokenizer), preamble=p.preamble,
                               key_digits=p.key_digits)

@@ -124,8 +124,9 @@ def check_mix(config) -> None:
   Raises:
     ConfigError: fraction outside [0, 1); a fraction > 0 without a suite of BUILDER_SUITES; a
       seed that is not an integer >= 0; a mix with an algorithmic task, with
-      data.passkey.fraction > 0 (one synthetic format at a time) or with a prepared corpus; or
-      a document that cannot fit data.train_len.
+      data.passkey.fraction > 0 (one synthetic format at a time), with a tokenizer other than
+      the byte tokenizer (the layout counts bytes) or with a prepared corpus; or a document that
+      cannot fit data.train_len.
   """
   mix = config.data.get("retrieval_mix")
   if mix is None:
@@ -148,6 +149,10 @@ def check_mix(config) -> None:
   if config.data.passkey.fraction > 0:
     raise ConfigError("data.retrieval_mix.fraction > 0 and data.passkey.fraction > 0: mix one "
                       "synthetic format at a time (set one of them to 0)")
+  if config.data.tokenizer != "byte":
+    raise ConfigError(f"data.retrieval_mix.fraction={f} lays prompts out in whole windows by "
+                      f"counting bytes: it needs data.tokenizer='byte'; got "
+                      f"{config.data.tokenizer!r} (set data.retrieval_mix.fraction=0)")
   if config.data.source == "array_record":
     raise ConfigError("data.retrieval_mix needs the training text as documents; a prepared "
                       "corpus (data.source='array_record') is read as shards: set "

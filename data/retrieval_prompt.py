@@ -5,7 +5,9 @@
 `RetrievalPrompt` is one prompt and its answer; `cell_rng` is the generator of one grid cell's
 trial (a seed stream per suite, so that a prompt depends only on seed, suite, length, depth and
 trial); `random_digits` draws a number, `_snap` snaps a depth to the nearest boundary and `_ids`
-tokenizes one part of a prompt. The checks of the fields that every suite's section shares (seed,
+tokenizes one part of a prompt; `probe_numbers` and `widest` make a builder's min_length an upper
+bound under tokenizers that merge digits, `covering_tokens` finds the tokens that spell part of
+a text. The checks of the fields that every suite's section shares (seed,
 preamble, trials, threshold, fewshot) are here too: data/retrieval_checks.py and
 data/ruler_words.py use them.
 """
@@ -100,6 +102,48 @@ def _snap(candidates: np.ndarray, target: float) -> int:
 
 def _ids(tokenizer: ByteTokenizer, text: str | bytes) -> np.ndarray:
   return np.asarray(tokenizer.encode(text), np.int32)
+
+
+PROBES = 64  # random values besides "9...9" whose widest sets a builder's min_length
+
+
+def probe_numbers(digits: int) -> list[str]:
+  """Candidate `digits`-digit numbers for an upper bound of a prompt's tokens: "9" * digits
+  first, then PROBES numbers from a fixed generator. Tokenizers that split digits (bytes,
+  data.prepare's SentencePiece) give every number the same width; BPE tokenizers that merge
+  digits (GPT-2's runs, Llama 3's groups of up to three) do not, so a builder's min_length takes
+  the widest (`widest`)."""
+  rng = np.random.default_rng([digits, 97])
+  return ["9" * digits] + [random_digits(rng, digits) for _ in range(PROBES)]
+
+
+def widest(candidates, width) -> str:
+  """The candidate of largest `width(candidate)` (tokens); the first one on ties, so a tokenizer
+  for which all are equally wide keeps the first (e.g. "9" * digits)."""
+  best, best_width = None, -1
+  for c in candidates:
+    w = width(c)
+    if w > best_width:
+      best, best_width = c, w
+  return best
+
+
+def covering_tokens(tokenizer: ByteTokenizer, ids: np.ndarray, start: int, stop: int
+                    ) -> tuple[int, int]:
+  """(first, stop): the tokens of `ids` that hold any of the text's bytes [start, stop), by the
+  tokenizer's `byte_lengths`. With the byte tokenizer, (start, stop); a BPE token that merges a
+  digit with a space or other digits is included whole (the answer's digits are scored on the
+  tokens that spell them).
+
+  Raises:
+    ValueError: an empty or out-of-range byte span.
+  """
+  ends = np.cumsum(tokenizer.byte_lengths[np.asarray(ids, np.int64)])
+  if not 0 <= start < stop <= (ends[-1] if len(ends) else 0):
+    raise ValueError(f"byte span [{start}, {stop}) is empty or outside the {len(ids)} tokens' text")
+  first = int(np.searchsorted(ends, start, side="right"))
+  last = int(np.searchsorted(ends, stop, side="left"))
+  return first, last + 1
 
 
 # ---------------------------------------------------------------------------- field checks

@@ -71,7 +71,7 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
     self._longest_needle = max(map(self._needle_len, KEYS))
 
   def _needle_len(self, key: str) -> int:
-    return len(_ids(self.tokenizer, NEEDLE_TEMPLATE.format(key=key, value="9" * self.value_digits)))
+    return len(_ids(self.tokenizer, NEEDLE_TEMPLATE.format(key=key, value=self._widest_value)))
 
   @property
   def min_length(self) -> int:
@@ -353,7 +353,11 @@ class FewShotPrompts:
       raise ValueError(f"shots must be an integer >= 1; got {shots!r}")
     self.prompts, self.suite, self.tokenizer, self.shots = prompts, suite, tokenizer, shots
     self._newline = _ids(tokenizer, "\n")
-    self._demo_len = len(self._demo(0, 0, 0))
+    # An upper bound of a demonstration's tokens: the prompt is min_length tokens, and every
+    # demonstration's answer has the same bytes (fixed digits, letters), each token at least one
+    # byte (exact with the byte tokenizer; BPE answers that merge digits take fewer tokens).
+    answer = answer_text(prompts.cell(prompts.min_length, 0.5, 0, FEWSHOT_SEED), suite)
+    self._demo_len = prompts.min_length - 1 + len(answer.encode("utf-8")) + len(self._newline)
 
   def __getattr__(self, name):  # haystack, preamble, ... of the wrapped builder
     return getattr(self.prompts, name)
@@ -365,7 +369,8 @@ class FewShotPrompts:
 
   @property
   def min_length(self) -> int:
-    """The wrapped builder's min_length plus the demonstrations' tokens."""
+    """The wrapped builder's min_length plus the demonstrations' tokens (an upper bound of them:
+    the answers' bytes; exact with the byte tokenizer)."""
     return self.prompts.min_length + self.shots * self._demo_len
 
   def cell(self, length: int, depth: float, trial: int, seed: int) -> RetrievalPrompt:

@@ -45,7 +45,7 @@ import numpy as np
 
 from configs.errors import ConfigError
 from data.retrieval_prompt import (RetrievalPrompt, _ids, cell_rng, check_fewshot, check_seed,
-                                   check_trials)
+                                   check_trials, widest)
 from data.tokenizers import ByteTokenizer
 
 CWE_PREAMBLE = ("Below is a numbered list of words. In these words, some appear more often than "
@@ -172,15 +172,19 @@ class CommonWordsPrompts(_WordPrompts):
     self._question = np.concatenate([self._newline, _ids(tokenizer, CWE_QUESTION.format(
         count=num_common))])
     self._min_entry = min(map(len, self._entries(["a", "b"])))  # tokens of the shortest entry
+    # the widest of fixed probe words ("zzzzz" first: exact when all are equally wide)
+    probes = ["z" * CWE_WORD_LETTERS] + pseudo_words(np.random.default_rng(83), 64)
+    self._widest_word = widest(probes, lambda w: len(_ids(tokenizer, f" 1. {w}")))
 
   def _entries(self, words: Sequence[str]) -> list[np.ndarray]:
     return [_ids(self.tokenizer, f"{' ' if i else ''}{i + 1}. {w}") for i, w in enumerate(words)]
 
   @property
   def min_length(self) -> int:
-    """Tokens of a prompt with the common words only (no uncommon word)."""
+    """Tokens of a prompt with the common words only (no uncommon word), each as wide as the
+    widest probe word."""
     n = self.num_common * self.common_repeats
-    words = ["z" * CWE_WORD_LETTERS] * n
+    words = [self._widest_word] * n
     return len(self._head) + sum(map(len, self._entries(words))) + len(self._question)
 
   def build(self, length: int, common: Sequence[str], uncommon: Sequence[str],
@@ -268,6 +272,8 @@ class FrequentWordsPrompts(_WordPrompts):
     super().__init__(tokenizer, preamble=preamble, preamble_text=FWE_PREAMBLE, preamble_sep=" ")
     self.alpha, self.word_letters = float(alpha), word_letters
     self._question = np.concatenate([self._newline, _ids(tokenizer, FWE_QUESTION)])
+    probes = ["z" * word_letters] + coded_words(np.random.default_rng(79), 64, word_letters)
+    self._widest_word = widest(probes, lambda w: len(_ids(tokenizer, " " + w)))
 
   @staticmethod
   def vocab_size(length: int) -> int:
@@ -311,7 +317,7 @@ class FrequentWordsPrompts(_WordPrompts):
     fixed = len(self._head) + len(self._question)
     length = fixed + 1
     while True:
-      vocab = [FWE_NOISE] + ["z" * self.word_letters] * (self.vocab_size(length) - 1)
+      vocab = [FWE_NOISE] + [self._widest_word] * (self.vocab_size(length) - 1)
       if self._fit(length - fixed, vocab) is not None:
         return length
       length += 1

@@ -1,4 +1,5 @@
-"""Tokenizers: byte-level (the default) and SentencePiece. Every UTF-8 text round-trips exactly.
+"""Tokenizers: byte-level (the default), SentencePiece and Hugging Face tokenizer.json files.
+Every UTF-8 text round-trips exactly.
 
 `data.tokenizer` names one (`get_tokenizer`):
 
@@ -6,8 +7,12 @@
   "sentencepiece:<path.model>"  SentencePieceTokenizer: a SentencePiece model (Kudo & Richardson,
                                 arXiv 1808.06226), e.g. the `tokenizer.model` that
                                 `python -m data.prepare --tokenizer=sentencepiece:VOCAB` trains.
+  "hf:<tokenizer.json | dir>"   HFTokenizer (data/hf_tokenizer.py): a Hugging Face tokenizer.json
+                                (GPT-2, Llama 3, Qwen, Mistral, SmolLM, ...), loaded offline with
+                                the `tokenizers` library; special ids from tokenizer_config.json
+                                beside it or the tokenizer's own special tokens.
 
-Both have the same interface: `vocab_size`, `bos_id`, `eos_id`, `pad_id`, `encode(text)` ->
+All have the same interface: `vocab_size`, `bos_id`, `eos_id`, `pad_id`, `encode(text)` ->
 int32 ids, `decode_bytes(ids)` -> bytes (special ids dropped), `decode(ids)` -> str, and
 `byte_lengths` (the UTF-8 bytes each id stands for: bits per byte of scored tokens,
 eval/perplexity.py `scored_bytes`).
@@ -22,6 +27,8 @@ import os
 import numpy as np
 
 from configs.errors import ConfigError
+from data import hf_tokenizer
+from data.hf_tokenizer import HF_PREFIX, HFTokenizer
 
 
 def checked_ids(ids, vocab_size: int) -> np.ndarray:
@@ -252,18 +259,24 @@ class SentencePieceTokenizer:
     return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
 
-Tokenizer = ByteTokenizer | SentencePieceTokenizer
+Tokenizer = ByteTokenizer | SentencePieceTokenizer | HFTokenizer
 TOKENIZERS = {"byte": ByteTokenizer}
 SENTENCEPIECE_PREFIX = "sentencepiece:"
 
 
 def get_tokenizer(name: str) -> Tokenizer:
-  """Returns the tokenizer `data.tokenizer` names: "byte" or "sentencepiece:<path to .model>".
+  """Returns the tokenizer `data.tokenizer` names: "byte", "sentencepiece:<path to .model>" or
+  "hf:<tokenizer.json, or a folder holding one>".
 
   Raises:
     configs.errors.ConfigError: an unknown name (listing the valid forms), or a SentencePiece
-      model that cannot be read (see `SentencePieceTokenizer`).
+      model or tokenizer.json that cannot be used (see `SentencePieceTokenizer`, `HFTokenizer`).
   """
+  if isinstance(name, str) and name.startswith(HF_PREFIX):
+    if not name[len(HF_PREFIX):]:
+      raise ConfigError("data.tokenizer='hf:' needs the path of a tokenizer.json or of a folder "
+                        "holding one, e.g. 'hf:/models/llama3'")
+    return hf_tokenizer.load(name[len(HF_PREFIX):])
   if isinstance(name, str) and name.startswith(SENTENCEPIECE_PREFIX):
     path = name[len(SENTENCEPIECE_PREFIX):]
     if not path:
@@ -272,5 +285,6 @@ def get_tokenizer(name: str) -> Tokenizer:
     return SentencePieceTokenizer(os.path.expanduser(path))
   if name not in TOKENIZERS:
     raise ConfigError(f"data.tokenizer={name!r} is not supported; choose one of "
-                      f"{sorted(TOKENIZERS)} or 'sentencepiece:<path to .model>'")
+                      f"{sorted(TOKENIZERS)}, 'sentencepiece:<path to .model>' or "
+                      "'hf:<tokenizer.json or its folder>'")
   return TOKENIZERS[name]()

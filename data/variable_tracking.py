@@ -13,7 +13,8 @@ import numpy as np
 
 from data.corpora import Document
 from data.passkey import NeedlePrompts
-from data.retrieval_prompt import VT_NAME_LETTERS, RetrievalPrompt, _ids, _snap, cell_rng
+from data.retrieval_prompt import (VT_NAME_LETTERS, RetrievalPrompt, _ids, _snap, cell_rng,
+                                   probe_numbers, widest)
 from data.tokenizers import ByteTokenizer
 
 # RULER's variable tracking (scripts/data/synthetic/variable_tracking.py of NVIDIA/RULER): the
@@ -78,6 +79,12 @@ class VariableTrackingPrompts(NeedlePrompts):
     bos = np.array([tokenizer.bos_id], np.int32)
     self._head = np.concatenate([bos] + ([_ids(tokenizer, VT_PREAMBLE), self._newline]
                                          if self.preamble else []))
+    # the widest name and value of fixed probes ("AAAAA" and "99999" first: with a tokenizer
+    # that gives every name, or every value, the same width, min_length is exact)
+    probes = ["A" * VT_NAME_LETTERS] + variable_names(np.random.default_rng(89), 64)
+    self._widest_name = widest(probes, lambda n: len(_ids(tokenizer, f"VAR {n} = VAR {n}")))
+    self._widest_vt_value = widest(probe_numbers(VT_VALUE_DIGITS), lambda v: len(
+        self._statements([self._widest_name], v)[0]) + len(self._question(v)))
 
   def _statements(self, names: Sequence[str], value: str) -> list[np.ndarray]:
     texts = [VT_VALUE_STATEMENT.format(name=names[0], value=value)] + [
@@ -90,11 +97,12 @@ class VariableTrackingPrompts(NeedlePrompts):
 
   @property
   def min_length(self) -> int:
-    """Tokens of a prompt with no haystack (names and values have fixed widths)."""
-    names = ["A" * VT_NAME_LETTERS] * (self.num_hops + 1)
-    statements = self._statements(names, "9" * VT_VALUE_DIGITS) * self.num_chains
+    """Tokens of a prompt with no haystack, every name and value as wide as the widest probe
+    (exact when names and values have fixed widths in tokens, as with the byte tokenizer)."""
+    names = [self._widest_name] * (self.num_hops + 1)
+    statements = self._statements(names, self._widest_vt_value) * self.num_chains
     return (len(self._head) + sum(map(len, statements))
-            + len(self._question("9" * VT_VALUE_DIGITS)))
+            + len(self._question(self._widest_vt_value)))
 
   def build_chains(self, length: int, depth: float, chains: Sequence[Sequence[str]],
                    values: Sequence[str], start: int, depths: Sequence[Sequence[float]]

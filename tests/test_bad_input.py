@@ -119,6 +119,26 @@ def study_file(text: str):
   return prepare
 
 
+def hf_tokenizer(content: str | None = None):
+  """A data.tokenizer value 'hf:<folder>': a folder whose tokenizer.json holds `content`, or (None)
+  a small byte-level BPE trained on a few lines (tests/test_hf_tokenizer.py builds more)."""
+  def make(ctx):
+    folder = ctx["tmp"] / "hf"
+    folder.mkdir()
+    if content is not None:
+      (folder / "tokenizer.json").write_text(content)
+      return f"hf:{folder}"
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.train_from_iterator(["The pass key is 71432. Remember it."] * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(folder / "tokenizer.json"))
+    return f"hf:{folder}"
+  return make
+
+
 CASES = [
     ("unknown scheme", train_with(**{"model.position.kind": "rotary"}),
      r"model.position.kind='rotary'.*(alibi|choose|one of)"),
@@ -130,6 +150,12 @@ CASES = [
     ("zero mlp_dim", train_with(**{"model.mlp_dim": 0}), r"model.mlp_dim"),
     ("num_heads not dividing d_model", train_with(**{"model.num_heads": 5}),
      r"model.d_model=64.*model.num_heads=5|model.num_heads=5.*model.d_model=64"),
+    ("num_kv_heads not dividing num_heads", train_with(**{"model.num_kv_heads": 3}),
+     r"model.num_kv_heads must be -1 \(= model.num_heads\) or a divisor of model.num_heads=4"),
+    ("zero num_kv_heads", train_with(**{"model.num_kv_heads": 0}), r"model.num_kv_heads"),
+    ("unknown qk_norm", train_with(**{"model.qk_norm": "layer"}),
+     r"model.qk_norm='layer' is not supported; choose one of \['none', 'head', 'full'\]"),
+    ("zero norm_eps", train_with(**{"model.norm_eps": 0.0}), r"model.norm_eps must be .* \(0, 1\)"),
     ("zero train_len", train_with(**{"data.train_len": 0}), r"data.train_len"),
     ("zero batch_size", train_with(**{"data.batch_size": 0}), r"data.batch_size"),
     ("zero num_steps", train_with(**{"train.num_steps": 0}), r"train.num_steps"),
@@ -157,6 +183,13 @@ CASES = [
     ("kernel tile below 8", train_with(**{"model.kernel_block_q_bwd": 4}),
      r"model.kernel_block_q_bwd must be 0 .* or a power of two >= 8 .*got 4"),
     ("unknown tokenizer", train_with(**{"data.tokenizer": "wordpiece"}), r"data.tokenizer"),
+    ("missing tokenizer.json", train_with(**{"data.tokenizer": "hf:/nonexistent/llama3"}),
+     r"data.tokenizer='hf:/nonexistent/llama3': cannot read /nonexistent/llama3 \(No such file"),
+    ("malformed tokenizer.json", train_with(**{"data.tokenizer": hf_tokenizer('{"model": 1')}),
+     r"data.tokenizer='hf:.*/tokenizer.json' is not a Hugging Face tokenizer.json"),
+    ("vocab_size below the tokenizer's", train_with(**{"data.tokenizer": hf_tokenizer(),
+                                                       "model.vocab_size": 259}),
+     r"model.vocab_size=259 is smaller than the 'hf:.*' tokenizer's \d+ ids"),
     ("unknown data source", train_with(**{"data.source": "wikipedia"}),
      r"data.source='wikipedia'.*choose one of"),
     ("eval length below one token", train_with(**{"eval.length_multipliers": (0.01,)}),
