@@ -57,8 +57,8 @@ def loss_and_grads(model):
   return value, jnp.concatenate([g.ravel() for g in jax.tree.leaves(grads)])
 
 
-@pytest.mark.parametrize("name", sorted(BEFORE))
-@pytest.mark.parametrize("explicit", [False, True], ids=["defaults", "explicit"])
+@pytest.mark.parametrize("name,explicit", [(name, False) for name in sorted(BEFORE)]
+                         + [(name, True) for name in ("rope/gelu", "alibi/swiglu", "pope/swiglu")])
 def test_off_is_bitwise_the_model_before_these_fields(name, explicit):
   kind, act = name.split("/")
   c = tiny_config("unused", kind)
@@ -91,17 +91,25 @@ def repeated_to_heads(gqa_state: dict, group: int) -> dict:
   return jax.tree_util.tree_map_with_path(one, gqa_state)
 
 
-@pytest.mark.parametrize("kind", sorted(positions.REGISTRY))
-@pytest.mark.parametrize("kv", [2, 1], ids=["gqa", "mqa"])
+def set_params(model, pure: dict) -> None:
+  state = nnx.state(model)
+  nnx.replace_by_pure_dict(state, pure)
+  nnx.update(model, state)
+
+
+@pytest.mark.parametrize("kind,kv", [(kind, 2) for kind in sorted(positions.REGISTRY)]
+                         + [("rope", 1), ("alibi", 1), ("cope", 1), ("pope", 1)])
 def test_gqa_equals_multi_head_attention_with_repeated_kv_weights(kind, kv):
+  """Every scheme with 2 KV heads for 4 query heads; multi-query (1 KV head) for a rotation, a
+  bias, a contextual bias and a per-head rotation."""
   extra = {"qk_norm": "head", "qkv_bias": True} if kind in ("rope", "alibi") else {}
   gqa = Decoder(config(kind, num_kv_heads=kv, **extra), rngs=nnx.Rngs(1))
   graph, state = nnx.split(gqa)
   state = jax.tree.map(lambda x: x + 0.01 * jnp.sin(jnp.arange(x.size).reshape(x.shape) + 1.0),
                        nnx.to_pure_dict(state))  # nonzero biases, norm scales away from 1
-  nnx.replace_by_pure_dict(nnx.state(gqa), state)
+  set_params(gqa, state)
   mha = Decoder(config(kind, num_kv_heads=-1, **extra), rngs=nnx.Rngs(1))
-  nnx.replace_by_pure_dict(nnx.state(mha), repeated_to_heads(state, 4 // kv))
+  set_params(mha, repeated_to_heads(state, 4 // kv))
   np.testing.assert_allclose(np.asarray(gqa(TOKENS, POS, SEG)), np.asarray(mha(TOKENS, POS, SEG)),
                              rtol=1e-5, atol=1e-5)
 
@@ -164,9 +172,23 @@ def losses(workdir):
     return [(r["step"], r["loss"]) for r in map(json.loads, f) if "loss" in r]
 
 
-@pytest.mark.parametrize("kv", [2, 1], ids=["kv_over_tensor", "kv_replicated"])
-def test_gqa_eight_devices_match_one_device(text_corpus, tmp_path, kv):
-  """KV heads split over `tensor` (2 of 2) or replicated (1 head on a tensor axis of 2)."""
+def test_kv_heads_are_split_over_tensor_when_it_divides_them_else_replicated():
+  from models import sharding
+  from models.spec import model_spec
+  for kv, spec in ((2, ("fsdp", "tensor", None)), (1, ("fsdp", None, None))):
+    c = config("rope", num_kv_heads=kv)
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 2, 2, 2
+    mesh = sharding.make_mesh(c.mesh)
+    layer = model_spec(c, mesh).param_shardings["blocks"][0]["attention"]
+    assert tuple(layer["wk"].spec) == tuple(layer["wv"].spec) == spec
+    assert tuple(layer["wq"].spec) == ("fsdp", "tensor", None)
+
+
+def test_gqa_eight_devices_match_one_device(text_corpus, tmp_path):
+  """KV heads split over `tensor` (2 of 2), with QK-norm and QKV biases: the same losses as one
+  device (the replicated layout's kernel path: tests/test_kernel_sharding.py)."""
+  kv = 2
+
   def make():
     c = tiny_config(text_corpus, "rope")
     c.model.num_kv_heads, c.model.qk_norm, c.model.qkv_bias = kv, "head", True

@@ -140,7 +140,7 @@ def test_pipless_venv_fetches_the_corpus_from_a_local_index(tmp_path, served):
        "for m in sys.modules} - set(sys.stdlib_module_names) - {'__main__'})))"],
       env=env, capture_output=True, text=True, timeout=60)
   assert modules.returncode == 0, modules.stderr[-2000:]
-  assert set(json.loads(modules.stdout)) == {"configs", "data", "numpy"}
+  assert set(json.loads(modules.stdout)) == {"configs", "data", "numpy", "runs"}  # runs.files
 
 
 def test_registry_download_reads_a_file_index_and_writes_whole_files(tmp_path):
