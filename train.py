@@ -48,8 +48,10 @@ def define_flags() -> None:
 
 def main(argv):
   """`python train.py --config=... --workdir=...`: exit 2 on bad input, 1 on a non-finite loss."""
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if len(argv) > 1:  # every setting is a flag (absl would print its whole usage, exit 1)
+    print(f"error: unexpected arguments {argv[1:]}; give every setting as a flag "
+          "(--config=..., --workdir=..., --config.<field>=...)", file=sys.stderr)
+    sys.exit(2)
   distributed.quiet_library_logs()
   try:
     config = config_from_flag(FLAGS.config)

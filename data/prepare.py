@@ -2,7 +2,7 @@
 
   python -m data.prepare --source='corpus/**/*.txt' --tokenizer=byte --out=/data/corpus_byte
   python -m data.prepare --source='dump/*.jsonl' --tokenizer=sentencepiece:32000 --out=/data/corpus_sp32k
-  python -m data.prepare --source='fineweb-edu/sample/10BT/*.parquet' --text_field=text \
+  python -m data.prepare --source='fineweb-edu/sample/10BT/*.parquet' --text_field=text \\
       --id_field=id --tokenizer=sentencepiece:32768 --out=/data/fineweb_edu_sp32k
 
 Steps, all before anything is written to `--out` but the tokenizer model:

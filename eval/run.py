@@ -203,8 +203,10 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if len(argv) > 1:  # every setting is a flag (absl would print its whole usage, exit 1)
+    print(f"error: unexpected arguments {argv[1:]}; give every setting as a flag "
+          "(--workdir=..., --config.<field>=...)", file=sys.stderr)
+    sys.exit(2)
   if not FLAGS.workdir:
     print("error: --workdir is required (a training run's workdir)", file=sys.stderr)
     sys.exit(2)

@@ -319,6 +319,13 @@ def test_eval_cli_helpshort_lists_the_flags_not_the_config():
   assert "batch_size" not in text  # the config's fields are documented, not dumped
 
 
+def test_a_stray_positional_argument_is_one_line_and_exit_2(tmp_path):
+  proc = run_cli([f"--workdir={tmp_path / 'w'}", "stray"], tmp_path)
+  assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr[-2000:]
+  assert proc.stderr.startswith("error: unexpected arguments ['stray']; give every setting as a flag")
+  assert not os.path.exists(tmp_path / "w")
+
+
 @pytest.mark.parametrize("text,message", [
     (None, "error: --config could not be loaded: [Errno 2] No such file or directory"),
     ("def get_config(:\n", "error: the --config file does not run: SyntaxError: invalid syntax"),
