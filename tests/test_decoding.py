@@ -89,7 +89,7 @@ def test_cached_decoding_equals_full_recomputation_under_gqa(kind):
   config.model.num_kv_heads = 2
   if kind == "rope":
     config.model.qk_norm, config.model.qkv_bias = "full", True
-  check_cached_equals_full(config)
+  check_cached_equals_full(config, seq=12, prefill=5)
 
 
 @pytest.mark.parametrize("field,value", [
