@@ -91,6 +91,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.qk_norm = "none"
   c.model.qkv_bias = False  # biases on the q, k and v projections (Qwen2).
   c.model.norm_eps = 1e-6  # epsilon of every RMSNorm (the blocks', the final one, the QK-norms).
+  c.model.norm_position = "pre"  # "pre": x + f(norm(x)) | "post": x + norm(f(x)) (OLMo 2, arXiv
+                                 # 2501.00656); models/decoder.py NORM_POSITIONS.
   c.model.mlp_dim = 1024  # hidden width of the MLP.
   c.model.mlp_activation = "gelu"  # "gelu" (GPT-2) | "swiglu" (Shazeer 2020, arXiv 2002.05202).
   c.model.tie_embeddings = True  # output projection = transposed token embedding.

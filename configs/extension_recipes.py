@@ -38,8 +38,14 @@ import os
 
 from configs.errors import ConfigError
 from configs.stored import CONFIG_FILE, load_run_config
+from runs import hf_import
 
 BUDGET = 0.10  # share of the parent's training tokens spent on fine-tuning
+# A Hugging Face parent (`hf:<folder>`, or a run folder `python -m runs.hf_import` wrote) states
+# no pretraining budget: its children take YaRN's published recipe (Peng et al., arXiv 2309.00071,
+# Sec. 4.1): 400 steps at 2e-5, 20 warmup steps, one sequence per step here.
+HF_STEPS = 400
+HF_LEARNING_RATE = 2e-5
 LR_RATIO = 2e-5 / 3e-4  # fine-tuning over pretraining peak learning rate (PI, YaRN on Llama 2)
 WARMUP_SHARE = 0.05  # of the fine-tuning steps (YaRN: 20 of 400)
 EVAL_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # of the parent's train_len
@@ -57,7 +63,7 @@ def parse_arg(arg: str | None, config_file: str) -> tuple[str, float]:
   if not arg:
     raise ConfigError(f"{config_file} needs the parent run: --config={config_file}:<parent "
                       f"workdir>[,<factor s, default 4>]")
-  if os.path.isdir(arg) or "," not in arg:
+  if os.path.isdir(arg.removeprefix("hf:")) or "," not in arg:
     parent, factor = arg, ""
   else:
     parent, _, factor = arg.rpartition(",")
@@ -74,8 +80,12 @@ def parse_arg(arg: str | None, config_file: str) -> tuple[str, float]:
 def child_config(arg: str | None, config_file: str, *, target_len: bool = True):
   """The fine-tuning config of a child of the parent named by `arg` (module docstring).
 
+  A Hugging Face parent (`hf:<folder>`, runs/hf_import.py; or a run folder its import command
+  wrote) takes `HF_STEPS` steps at `HF_LEARNING_RATE` instead of the budget and peak / 15, L =
+  its max_position_embeddings and one sequence per step.
+
   Args:
-    arg: `<parent workdir>[,<s>]`.
+    arg: `<parent workdir>[,<s>]` or `hf:<folder>[,<s>]`.
     config_file: the recipe's file, for messages.
     target_len: train at s * L (False: at the parent's L, PoSE and DroPE).
 
@@ -88,10 +98,14 @@ def child_config(arg: str | None, config_file: str, *, target_len: bool = True):
       or the argument is malformed.
   """
   parent, s = parse_arg(arg, config_file)
-  if not os.path.isfile(os.path.join(parent, CONFIG_FILE)):
+  hf = hf_import.is_hf(parent)
+  if not hf and not os.path.isfile(os.path.join(parent, CONFIG_FILE)):
     raise ConfigError(f"--config={config_file}:{arg}: {parent} is not a training run's workdir "
-                      f"(it has no {CONFIG_FILE})")
-  c = load_run_config(parent)
+                      f"(it has no {CONFIG_FILE}; a Hugging Face model folder is hf:<folder>)")
+  c = hf_import.parent_config(parent) if hf else load_run_config(parent)
+  if not hf:
+    with open(os.path.join(parent, CONFIG_FILE)) as f:
+      hf = bool(json.load(f).get("hf_import"))  # a run folder python -m runs.hf_import wrote
   pos = c.model.position
   if pos.kind != "rope" or pos.rope_scaling != "none":
     raise ConfigError(f"--config={config_file}:{arg}: the parent must be a RoPE run without "
@@ -102,9 +116,12 @@ def child_config(arg: str | None, config_file: str, *, target_len: bool = True):
   c.data.train_len = int(round(s * length)) if target_len else length
   c.data.batch_size = max(1, batch * length // c.data.train_len)
   t = c.train
-  t.init_from = os.path.abspath(parent)
+  t.init_from = (hf_import.HF_PREFIX + hf_import.folder_of(parent) if hf_import.is_hf(parent)
+                 else os.path.abspath(parent))
   t.num_steps = max(10, int(round(BUDGET * parent_tokens / (c.data.train_len * c.data.batch_size))))
   t.learning_rate = t.learning_rate * LR_RATIO
+  if hf:
+    t.num_steps, t.learning_rate = HF_STEPS, HF_LEARNING_RATE
   t.warmup_steps = max(1, int(round(WARMUP_SHARE * t.num_steps)))
   t.final_lr_ratio = 1.0
   t.weight_decay = 0.0
@@ -127,6 +144,11 @@ def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
     ConfigError: the file is missing (naming the search command), is not a search's output, or
       was searched on another parent or for another s.
   """
+  if path is None and hf_import.is_hf(parent):
+    raise ConfigError(f"LongRoPE's factor search runs on a run folder: python -m runs.hf_import "
+                      f"--hf={hf_import.folder_of(parent)} --workdir=<run>, then python -m "
+                      f"sweeps.longrope_search --workdir=<run> --target_len=<{s:g} x L>, and give "
+                      "this recipe <run> (or the factors.json as its third argument)")
   path = path or os.path.join(parent, "longrope_search", f"x{s:g}", "factors.json")
   if not os.path.isfile(path):
     raise ConfigError(f"{path} does not exist: run python -m sweeps.longrope_search "

@@ -15,10 +15,10 @@ count (`nnx.eval_shape`, nothing allocated) against the published figure.
 | `qwen2_5_0_5b` | Qwen/Qwen2.5-0.5B (Qwen team, arXiv 2412.15115) | 494,032,768 (0.49B) |
 | `olmo2_1b` | allenai/OLMo-2-0425-1B (OLMo team, arXiv 2501.00656) | 1,484,916,736 (1.48B) |
 
-What a preset does not carry: the weights (see `train.init_from`), the tokenizer (set
-`data.tokenizer=hf:<path>` and keep `model.vocab_size` at least its size), and, for OLMo 2, the
-placement of the norms: OLMo 2 normalises each sublayer's output (x + norm(f(x))), while this
-decoder normalises its input (x + f(norm(x))); the parameter count is the same.
+What a preset does not carry: the weights (`train.init_from=hf:<folder>` reads them, and then
+config.json gives the model: docs/pretrained.md) and the tokenizer (set
+`data.tokenizer=hf:<path>` and keep `model.vocab_size` at least its size). OLMo 2 normalises
+each sublayer's output, x + norm(f(x)): `model.norm_position="post"`.
 """
 
 from configs import alibi_tiny
@@ -34,7 +34,8 @@ PRESETS = {
                          qkv_bias=True, norm_eps=1e-6, position=dict(rope_theta=1_000_000.0)),
     "olmo2_1b": dict(num_layers=16, d_model=2048, num_heads=16, num_kv_heads=16, head_dim=128,
                      mlp_dim=8192, vocab_size=100352, tie_embeddings=False, qk_norm="full",
-                     qkv_bias=False, norm_eps=1e-6, position=dict(rope_theta=500_000.0)),
+                     qkv_bias=False, norm_eps=1e-6, norm_position="post",
+                     position=dict(rope_theta=500_000.0)),
 }
 
 # The published parameter counts (the model cards' figures, exact where the hub lists them).

@@ -17,6 +17,7 @@ from data.tokenizers import get_tokenizer
 from eval import suites as suites_registry
 from models import extensions, position_transforms, positions
 from models.attention import QK_NORMS
+from models.decoder import NORM_POSITIONS
 from models.positions.base import KERNEL_BLOCK_FIELDS
 from models.spec import model_spec
 from runs import wandb_log
@@ -131,7 +132,7 @@ def validate(config, num_devices: int) -> None:
 
 def check_model(config) -> None:
   """The decoder's shape fields: head_dim, num_kv_heads (grouped-query attention), qk_norm,
-  qkv_bias, norm_eps, the MLP activation, dtypes and the attention implementation.
+  qkv_bias, norm_eps, norm_position, the MLP activation, dtypes and the attention implementation.
 
   Raises:
     ConfigError: the first bad field, naming it and the allowed values; also a positional
@@ -159,6 +160,7 @@ def check_model(config) -> None:
   eps = m.get("norm_eps", 1e-6)
   if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
     raise ConfigError(f"model.norm_eps must be a number in (0, 1), e.g. 1e-6; got {eps!r}")
+  choice(m.get("norm_position", "pre"), "model.norm_position", NORM_POSITIONS)
 
 
 def check_evaluation(config) -> None:

@@ -3,6 +3,8 @@
 token embedding -> scheme.embed -> num_layers x [RMSNorm -> attention -> +, RMSNorm -> MLP -> +]
 -> RMSNorm -> output projection (tied to the embedding, or its own matrix).
 RMSNorm: Zhang & Sennrich, arXiv 1910.07467. Pre-norm: Xiong et al., arXiv 2002.04745.
+`model.norm_position="post"` moves each block's norms onto the sublayers' outputs instead,
+x + norm(f(x)), as OLMo 2 does (arXiv 2501.00656); "pre" (the default) is bitwise the old block.
 """
 
 from __future__ import annotations
@@ -95,13 +97,26 @@ class MLP(nnx.Module):
     return (h @ self.wo[...].astype(self.dtype)).reshape(x.shape)
 
 
+# model.norm_position: where each block's two RMSNorms sit.
+#   "pre":  x + f(norm(x)) (pre-norm; Llama, Qwen, Mistral, SmolLM; Xiong et al., arXiv 2002.04745);
+#   "post": x + norm(f(x)) (each sublayer's output normalised, inside the residual: OLMo 2,
+#           arXiv 2501.00656, Sec. 3.2; transformers' Olmo2DecoderLayer).
+NORM_POSITIONS = ("pre", "post")
+
+
 class Block(nnx.Module):
-  """One pre-norm decoder block: x + attn(norm(x)), then x + mlp(norm(x))."""
+  """One decoder block: x + attn(norm(x)), then x + mlp(norm(x)) (norm_position "pre"), or
+  x + norm(attn(x)), then x + norm(mlp(x)) ("post", OLMo 2). The norms are `attn_norm` and
+  `mlp_norm` in both placements (the same parameters, [d_model] each)."""
 
   def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
                attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False,
                transform: PositionTransform = PositionTransform(), temperature: str = "",
-               qk_norm: str = "none", qkv_bias: bool = False, norm_eps: float = 1e-6):
+               qk_norm: str = "none", qkv_bias: bool = False, norm_eps: float = 1e-6,
+               norm_position: str = "pre"):
+    if norm_position not in NORM_POSITIONS:
+      raise ValueError(f"norm_position must be one of {NORM_POSITIONS}; got {norm_position!r}")
+    self.post_norm = norm_position == "post"
     self.attn_norm = RMSNorm(dims.d_model, epsilon=norm_eps, param_dtype=dims.param_dtype)
     self.attention = Attention(dims, layer, dtype=dtype, rngs=rngs, chunk=attention_chunk,
                                window=window, logn_scaling=logn_scaling, transform=transform,
@@ -118,6 +133,14 @@ class Block(nnx.Module):
 
     Returns [batch, seq, d_model], or (that, the updated KVCache) when `cache` is given.
     """
+    if self.post_norm:  # OLMo 2: x + norm(f(x))
+      attended = self.attention(x.astype(self.dtype), positions, segment_ids, scheme, cache,
+                                train=train)
+      if cache is not None:
+        attended, cache = attended
+      x = x + self.attn_norm(attended).astype(self.dtype)
+      x = x + self.mlp_norm(self.mlp(x.astype(self.dtype))).astype(self.dtype)
+      return x if cache is None else (x, cache)
     h = self.attn_norm(x).astype(self.dtype)
     attended = self.attention(h, positions, segment_ids, scheme, cache, train=train)
     if cache is not None:
@@ -126,6 +149,11 @@ class Block(nnx.Module):
     h = self.mlp_norm(x).astype(self.dtype)
     x = x + self.mlp(h)
     return x if cache is None else (x, cache)
+
+  def attention_input(self, x: jax.Array) -> jax.Array:
+    """What the attention sublayer reads of the block input x [batch, seq, d_model]: norm(x)
+    (pre-norm) or x itself (post-norm), in the compute dtype."""
+    return (x if self.post_norm else self.attn_norm(x)).astype(self.dtype)
 
 
 class Decoder(nnx.Module):
@@ -165,7 +193,8 @@ class Decoder(nnx.Module):
         Block(dims, i, m.mlp_dim, m.mlp_activation, dtype=self.dtype, rngs=rngs,
               attention_chunk=m.attention_chunk, window=layer_window(m, i),
               logn_scaling=m.logn_scaling, transform=transform, temperature=temperature[i],
-              qk_norm=m.get("qk_norm", "none"), qkv_bias=m.get("qkv_bias", False), norm_eps=eps)
+              qk_norm=m.get("qk_norm", "none"), qkv_bias=m.get("qkv_bias", False), norm_eps=eps,
+              norm_position=m.get("norm_position", "pre"))  # configs before the field: "pre"
         for i in range(m.num_layers)])
     self.num_kv_heads, self.head_dim = dims.kv_heads, dims.head_dim
     self.final_norm = RMSNorm(m.d_model, epsilon=eps, param_dtype=m.param_dtype)
@@ -275,7 +304,7 @@ class Decoder(nnx.Module):
     x = self.position.embed(x, embed_positions)
     out = []
     for block in self.blocks:
-      h = block.attn_norm(x).astype(self.dtype)
+      h = block.attention_input(x)
       out.append(reduce(block.attention.weights(h, positions, segment_ids, self.position)))
       x = block(x, positions, segment_ids, self.position)
     return out

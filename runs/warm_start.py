@@ -26,6 +26,11 @@ shape change allowed is the row count of a `learned` table (`model.position.max_
 
 Anything else that changes a parameter's shape or adds/removes one is refused before
 compilation, with one line naming the field and the parent's value.
+
+`train.init_from=hf:<folder>` starts from a Hugging Face model folder instead (config.json and
+safetensors weights; runs/hf_import.py): the parent's config is the one its config.json
+describes, checked against the child's shapes and, from the safetensors headers, against the
+weights; the record adds its hub name, revision and the weights' sha256.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import numpy as np
 
 from configs.errors import ConfigError, flatten
 from models.spec import ModelSpec, model_spec
+from runs import hf_import
 from runs.checkpoint import committed_steps, restore_params
 from runs.distributed import chief_print
 from configs.stored import CONFIG_FILE, load_run_config
@@ -59,16 +65,21 @@ class Parent:
     step: the checkpoint step whose parameters are loaded.
     config: its experiment config (config.json on top of today's defaults).
     config_hash: the hash config.json recorded for it (identifies the parent's config).
+    hf: for a Hugging Face parent ("hf:<folder>", runs/hf_import.py): its name, revision and
+      weights' sha256 (`hf_import.record`); None for a run.
   """
 
   workdir: str
   step: int
   config: Any
   config_hash: str
+  hf: dict | None = None
 
   def record(self) -> dict:
-    """What the child's config.json records under "parent": {workdir, step, config_hash}."""
-    return {"workdir": self.workdir, "step": self.step, "config_hash": self.config_hash}
+    """What the child's config.json records under "parent": {workdir, step, config_hash}, and
+    "hf" for a Hugging Face parent."""
+    out = {"workdir": self.workdir, "step": self.step, "config_hash": self.config_hash}
+    return out if self.hf is None else {**out, "hf": self.hf}
 
 
 def parse_init_from(value: str) -> tuple[str, int | None]:
@@ -173,7 +184,8 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
     mesh: the device mesh (the parent's shapes are built for it; nothing is allocated).
 
   Raises:
-    ConfigError: train.init_from is not a training run's workdir, is the new run's own workdir,
+    ConfigError: train.init_from is not a training run's workdir (nor an "hf:<folder>" whose
+      config.json and weights import: `_check_hf_parent`), is the new run's own workdir,
       is not the parent a resumed run's config.json records,
       has no checkpoint (or none at <step>, listing those it has), or the configs are
       incompatible (`check_shapes`; a different data.tokenizer).
@@ -181,17 +193,22 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
   value = config.train.get("init_from", "")
   if value == "":
     return None
-  parent_dir, step = parse_init_from(value)
+  hf = hf_import.is_hf(value)
+  parent_dir, step = (hf_import.HF_PREFIX + hf_import.folder_of(value), None) if hf else (
+      parse_init_from(value))
   own = os.path.join(workdir, CONFIG_FILE)
   if os.path.isfile(own) and committed_steps(workdir):  # resumes its own state
     with open(own) as f:
       recorded = json.load(f).get("parent")
     if recorded is not None:
-      if os.path.abspath(parent_dir) != recorded["workdir"]:
+      if (parent_dir if hf else os.path.abspath(parent_dir)) != recorded["workdir"]:
         raise ConfigError(f"train.init_from={value!r}: this run's config.json records its parent "
                           f"as {recorded['workdir']} (it resumes from its own checkpoints); give "
                           "that train.init_from, or a new --workdir")
-      return Parent(recorded["workdir"], recorded["step"], None, recorded["config_hash"])
+      return Parent(recorded["workdir"], recorded["step"], None, recorded["config_hash"],
+                    recorded.get("hf"))
+  if hf:
+    return _check_hf_parent(value, config, mesh)
   if os.path.abspath(parent_dir) == os.path.abspath(workdir):
     raise ConfigError(f"train.init_from={value!r} is this run's own --workdir; name another run")
   if not os.path.isfile(os.path.join(parent_dir, CONFIG_FILE)):
@@ -214,6 +231,46 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
                       "tokenizer's ids); keep the parent's tokenizer")
   check_shapes(parent, config, model_spec(config, mesh), model_spec(parent_config, mesh), mesh)
   return parent
+
+
+def _same_tokenizer(a: str, b: str) -> bool:
+  """Whether two data.tokenizer values name the same tokenizer: equal strings, or two "hf:"
+  tokenizers whose tokenizer.json files hold the same bytes."""
+  if a == b:
+    return True
+  if not (hf_import.is_hf(a) and hf_import.is_hf(b)):
+    return False
+  from runs.hf_folder import file_sha256
+  paths = [p if p.endswith(".json") else os.path.join(p, "tokenizer.json")
+           for p in (a[len("hf:"):], b[len("hf:"):])]
+  return all(os.path.isfile(p) for p in paths) and len({file_sha256(p) for p in paths}) == 1
+
+
+def _check_hf_parent(value: str, config, mesh) -> Parent:
+  """`check_init_from` of "hf:<folder>": the model config its config.json describes
+  (runs/hf_import.py `parent_config`), the child's shapes against it, the tokenizer, and the
+  weights' names, shapes and dtypes from their headers; nothing is read or compiled.
+
+  Raises:
+    ConfigError: as `hf_import.parent_config` / `check_weights`; a child whose parameters
+      differ (`check_shapes`, naming the field); another tokenizer than the folder's.
+  """
+  try:
+    parent_config = hf_import.parent_config(value)
+  except ConfigError as e:
+    raise ConfigError(f"train.init_from: {e}") from e
+  folder = hf_import.HF_PREFIX + hf_import.folder_of(value)
+  tokenizer = parent_config.data.tokenizer
+  if hf_import.is_hf(tokenizer) and not _same_tokenizer(tokenizer, config.data.tokenizer):
+    raise ConfigError(f"train.init_from={value}: data.tokenizer={config.data.tokenizer!r} is not "
+                      f"the model's tokenizer; set data.tokenizer={tokenizer!r}")
+  parent = Parent(folder, 0, parent_config, config_hash(parent_config))
+  check_shapes(parent, config, model_spec(config, mesh), model_spec(parent_config, mesh), mesh)
+  try:
+    hf_import.check_weights(value, parent_config)
+  except ConfigError as e:
+    raise ConfigError(f"train.init_from: {e}") from e
+  return dataclasses.replace(parent, hf=hf_import.record(value, parent_config)["hf"])
 
 
 def interpolate_table(table: jax.Array, rows: int) -> jax.Array:
@@ -252,6 +309,10 @@ def load_params(parent: Parent, config, spec: ModelSpec, mesh):
   Raises:
     ConfigError: the checkpoint cannot be restored into the parent's model.
   """
+  if parent.hf is not None:  # a Hugging Face folder: its safetensors weights
+    chief_print(f"warm start: the weights of {parent.workdir} ({parent.hf['name']}, revision "
+                f"{parent.hf['revision'] or 'unknown'}; fresh optimizer, schedule and data)")
+    return hf_import.load_params(parent.workdir, parent.config, spec)
   parent_spec = model_spec(parent.config, mesh)
   params, _ = restore_params(parent.workdir, parent.config, parent_spec, parent.step)
   chief_print(f"warm start: the parameters of {parent.workdir} at step {parent.step} "

@@ -139,7 +139,84 @@ def hf_tokenizer(content: str | None = None):
   return make
 
 
+def hf_parent(mutate=None):
+  """A train.init_from value "hf:<folder>": the tiny SwiGLU RoPE model written as a Llama folder
+  (runs/hf_export.py, random weights, no tokenizer.json), then `mutate(folder)` applied."""
+  def make(ctx):
+    import json
+
+    import numpy as np
+    from models import sharding
+    from models.spec import model_spec
+    from runs import hf_export
+    folder = ctx["tmp"] / "hf_model"
+    c = tiny_config(ctx["corpus"], "rope")
+    c.model.mlp_activation = "swiglu"
+    c.mesh.data = 1
+    spec = model_spec(c, sharding.make_mesh(c.mesh, jax.devices()[:1]))
+    rng = np.random.default_rng(0)
+    hf_export.write_export(c, jax.tree.map(lambda a: rng.standard_normal(a.shape).astype(
+        np.float32), spec.abstract_params), str(folder))
+    if mutate:
+      mutate(folder, json)
+    return f"hf:{folder}"
+  return make
+
+
+def hf_tensors(change):
+  """A mutation of an hf_parent folder's model.safetensors: `change(tensors)` in place."""
+  def mutate(folder, _):
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(str(folder / "model.safetensors"))
+    change(tensors)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+  return mutate
+
+
+def hf_config_json(**fields):
+  def mutate(folder, json):
+    hf = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**hf, **fields}))
+  return mutate
+
+
+def hf_warm_start(mutate=None):
+  return train_with(**{"model.position.kind": "rope", "model.mlp_activation": "swiglu",
+                       "train.init_from": hf_parent(mutate)})
+
+
+def hf_export_of_trained(ctx):
+  from runs import hf_export
+  return lambda: hf_export.export(ctx["trained"], str(ctx["tmp"] / "exported"))
+
+
 CASES = [
+    ("hf folder without config.json",
+     hf_warm_start(lambda folder, _: (folder / "config.json").unlink()),
+     r"train.init_from: hf:.*hf_model has no config.json"),
+    ("hf folder without weights",
+     hf_warm_start(lambda folder, _: (folder / "model.safetensors").unlink()),
+     r"train.init_from: hf:.*hf_model has no \*.safetensors weights"),
+    ("hf unsupported architecture",
+     hf_warm_start(hf_config_json(model_type="gpt2", architectures=["GPT2LMHeadModel"])),
+     r"config.json: model_type='gpt2' \(architectures \['GPT2LMHeadModel'\]\) is not supported"),
+    ("hf missing tensor",
+     hf_warm_start(hf_tensors(lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))),
+     r"the weights lack tensor model.layers.1.mlp.up_proj.weight \(shape \[128, 64\]\)"),
+    ("hf dtype mismatch",
+     hf_warm_start(hf_tensors(lambda t: t.update({"model.norm.weight": t[
+         "model.norm.weight"].astype("float16")}))),
+     r"tensor model.norm.weight has dtype F16, but config.json declares dtype 'float32'"),
+    ("hf shape mismatch",
+     hf_warm_start(hf_tensors(lambda t: t.update({"model.norm.weight": t[
+         "model.norm.weight"][:32]}))),
+     r"tensor model.norm.weight has shape \[32\]; config.json implies \[64\]"),
+    ("hf parent whose shapes the child's config changes",
+     train_with(**{"model.position.kind": "rope", "model.mlp_activation": "swiglu",
+                   "model.mlp_dim": 96, "train.init_from": hf_parent()}),
+     r"train.init_from: model.mlp_dim=96 changes the model's parameters .* has model.mlp_dim=128"),
+    ("hf export of a scheme transformers cannot run", hf_export_of_trained,
+     r"runs.hf_export: model.position.kind='learned' has no transformers equivalent; exportable: "),
     ("unknown scheme", train_with(**{"model.position.kind": "rotary"}),
      r"model.position.kind='rotary'.*(alibi|choose|one of)"),
     ("unknown extension", train_with(**{"eval.extension": "rerope"}),
