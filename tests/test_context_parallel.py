@@ -171,3 +171,16 @@ def test_zigzag_layout_balances_the_causal_work():
   back = context_parallel._reorder_chunks(laid_out, np.argsort(context_parallel.zigzag_order(3)))
   np.testing.assert_array_equal(back, x)
   assert context_parallel.context_size() == 1  # outside any shard_map
+
+
+@pytest.mark.parametrize("kind,kv", [("rope", 2), ("cope", 1)])
+def test_context_parallel_equals_one_device_under_gqa(text_corpus, kind, kv):
+  """Grouped-query (2 KV heads) and multi-query attention with QK-norm and QKV biases, the KV
+  heads' sequence gathered over `context`: RoPE (rotation on the KV heads) and CoPE (a
+  contextual bias over every query head's group key), on data 2 x context 2 x tensor 2."""
+  config = _config(text_corpus, kind, num_layers=1, attention_chunk=0, num_kv_heads=kv,
+                   qk_norm="head", qkv_bias=True)
+  train_batch, eval_batch = _batch(TRAIN_LEN * 2 - 3), _batch(4 * TRAIN_LEN, seed=3)
+  reference, params = _loss_grads_and_nll(config, ONE_DEVICE, train_batch, eval_batch)
+  split, _ = _loss_grads_and_nll(config, (2, 1, 2, 2), train_batch, eval_batch, params)
+  _assert_equal(reference, split, f"{kind} with {kv} KV heads")

@@ -95,7 +95,7 @@ def test_overrides_name_the_bad_field():
   assert out.eval.length_multipliers == (1, 2) and config.eval.factor == 1.0  # a copy
   bad = Study("bad", "configs/alibi_tiny.py", lambda: [{"model.positoin.kind": "rope"}])
   with pytest.raises(StudyError, match=r"point 0 .*model has no field 'positoin'; did you mean "
-                                       r"'model.position'\?"):
+                                       r"'model.position'( or 'model.norm_position')?\?"):
     bad.runs()
 
 
