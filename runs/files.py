@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -42,3 +43,17 @@ def write_json(path: str, obj: Any) -> None:
       json.dump(obj, f, indent=2, sort_keys=True)
       f.write("\n")
   atomic_write(path, write)
+
+
+def file_sha256(path: str) -> str:
+  """The sha256 hex digest of a file's bytes, read in 1 MiB blocks (what the Hugging Face hub lists
+  for an LFS file, and what a corpus archive is verified against).
+
+  Raises:
+    OSError: the file cannot be read.
+  """
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()

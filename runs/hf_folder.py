@@ -10,7 +10,6 @@ import command are runs/hf_import.py; the export command is runs/hf_export.py.
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import re
@@ -20,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from configs.errors import ConfigError
-from runs.files import write_json
+from runs.files import file_sha256, write_json
 from runs.hf_llama import Tensor
 
 CONFIG = "config.json"
@@ -198,15 +197,6 @@ def load_tensors(folder: str, expected: list[Tensor], param_dtype) -> dict:
     for handle in handles.values():
       handle.__exit__(None, None, None)
   return params
-
-
-def file_sha256(path: str) -> str:
-  """The sha256 hex digest of a file's bytes (what the Hugging Face hub lists for an LFS file)."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def weights_sha256(folder: str) -> dict[str, str]:

@@ -240,7 +240,7 @@ def _same_tokenizer(a: str, b: str) -> bool:
     return True
   if not (hf_import.is_hf(a) and hf_import.is_hf(b)):
     return False
-  from runs.hf_folder import file_sha256
+  from runs.files import file_sha256
   paths = [p if p.endswith(".json") else os.path.join(p, "tokenizer.json")
            for p in (a[len("hf:"):], b[len("hf:"):])]
   return all(os.path.isfile(p) for p in paths) and len({file_sha256(p) for p in paths}) == 1

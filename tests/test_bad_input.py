@@ -14,6 +14,7 @@ from configs.stored import load_run_config
 from configs.validate import ConfigError
 from data import corpus_sources
 from eval import run as eval_run
+from runs import files
 from sweeps import study as study_lib
 
 
@@ -95,7 +96,7 @@ def unreadable_archive(ctx):
   base = ctx["tmp"] / "cache" / spec.filename.removesuffix(".tar.gz")
   base.mkdir(parents=True)
   (base / spec.filename).write_bytes(b"not gzip")
-  fake = dataclasses.replace(spec, sha256=corpus_sources._sha256(str(base / spec.filename)))
+  fake = dataclasses.replace(spec, sha256=files.file_sha256(str(base / spec.filename)))
   return lambda: corpus_sources.fetch_archive_texts(fake, str(ctx["tmp"] / "cache"), download=None)
 
 

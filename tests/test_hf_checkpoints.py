@@ -26,7 +26,7 @@ from configs.errors import flatten
 from eval import run as eval_run
 from models import decoding, sharding
 from models.spec import init_params, model_spec
-from runs import hf_export, hf_folder, hf_import, hf_llama
+from runs import files, hf_export, hf_folder, hf_import, hf_llama
 from configs.stored import load_run_config
 from runs.checkpoint import restore_params
 
@@ -297,7 +297,7 @@ def test_smollm2_shaped_model_fine_tuned_with_yarn_evaluated_and_exported(text_c
   parent = json.load(open(os.path.join(child, "config.json")))["parent"]
   assert parent["workdir"] == f"hf:{folder}" and parent["hf"]["revision"] is None
   assert parent["hf"]["weights_sha256"] == {
-      "model.safetensors": hf_folder.file_sha256(str(folder / "model.safetensors"))}
+      "model.safetensors": files.file_sha256(str(folder / "model.safetensors"))}
   results = eval_run.evaluate(child, length_multipliers=[0.25, 2])
   assert [r["length"] for r in results["ppl_vs_length"]["rows"]] == [32, 256]
   suites = load_run_config(child)  # the retrieval suites run on it unchanged (one cell each)
