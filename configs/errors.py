@@ -31,15 +31,6 @@ def flatten(d: dict, prefix: str = "") -> dict:
   return out
 
 
-def positive_int(config, path: str) -> None:
-  """Raises ConfigError unless the field at dotted `path` of `config` is an int >= 1."""
-  value = config
-  for part in path.split("."):
-    value = value[part]
-  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-    raise ConfigError(f"{path} must be a positive integer; got {value!r}")
-
-
 def choice(value, path: str, allowed) -> None:
   """Raises ConfigError unless `value` (the field at `path`) is one of `allowed`."""
   if value not in allowed:
@@ -189,6 +180,28 @@ def _unknown_field(override: str, config) -> str:
   return ""
 
 
+def last_override_wins(argv: list[str]) -> list[str]:
+  """`argv` with only the last of repeated `--config.<field>` overrides (`=value` or ` value`).
+
+  absl keeps the last value of a repeated scalar flag, but ml_collections' tuple fields are
+  multi-valued flags that concatenate repeats (`--config.eval.length_multipliers=1,2` then `=4`
+  gave (1, 2, 4)); dropping the earlier ones makes every field take its last value.
+  """
+  spans, i = [], 1
+  while i < len(argv):
+    arg = argv[i]
+    if arg.startswith("--config.") and "=" not in arg and i + 1 < len(argv) and not (
+        argv[i + 1].startswith("--")):
+      spans.append((arg, argv[i:i + 2]))
+      i += 2
+    else:
+      spans.append((arg.split("=", 1)[0] if arg.startswith("--config.") else None, [arg]))
+      i += 1
+  last = {key: n for n, (key, _) in enumerate(spans) if key}
+  return argv[:1] + [a for n, (key, args) in enumerate(spans) if not key or last[key] == n
+                     for a in args]
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flags parser for scripts that take `--config.<field>=value` overrides.
 
@@ -208,7 +221,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   from absl import flags  # noqa: PLC0415
 
   try:
-    return flags.FLAGS(argv)
+    return flags.FLAGS(last_override_wins(argv))
   except (flags.Error, *OVERRIDE_ERRORS) as e:
     exit_bad_override(e, argv)
   except (SyntaxError, ImportError, NameError) as e:  # executing the --config file failed

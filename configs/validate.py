@@ -6,10 +6,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
-from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list, positive_int
+from configs import base as base_config
+from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list
+from configs.field_ranges import check_ranges
 from data import corpus_sources, position_samplers, tasks
 from data import retrieval_mix, ruler_words
 from data.retrieval_checks import check_retrieval
@@ -41,11 +44,7 @@ def validate(config, num_devices: int) -> None:
   Raises:
     ConfigError: on the first bad field, naming it and the allowed values.
   """
-  for path in ("model.num_layers", "model.d_model", "model.num_heads", "model.mlp_dim",
-               "model.vocab_size", "data.train_len", "data.batch_size", "train.num_steps",
-               "train.log_every_steps", "train.checkpoint_every_steps", "train.max_to_keep",
-               "train.eval_tokens", "eval.batch_tokens"):
-    positive_int(config, path)
+  check_ranges(config)  # every numeric field against its range (configs/field_ranges.py)
   m = config.model
   check_model(config)  # the decoder's shape: heads, KV heads, QK-norm, dtypes
   for field in KERNEL_BLOCK_FIELDS:  # models/kernels/flash.py BlockSizes
@@ -64,6 +63,7 @@ def validate(config, num_devices: int) -> None:
   check_data_source(config)  # data.source, data.array_record_dir (data/corpora.py, data/prepare.py)
   positions.build(m.position, positions.Dims.from_config(config), check_only=True)
   position_transforms.check_config(m.position, config.data.train_len, m.num_layers)
+  check_applicable(config)  # fields the chosen scheme, sampler or task would ignore
   position_samplers.check_config(config.data.position_sampler, config.data.train_len, m.position)
   if config.data.get("task") is not None:  # data.task: the algorithmic task, if any
     tasks.check_config(config.data.task, config.data.train_len)
@@ -71,56 +71,20 @@ def validate(config, num_devices: int) -> None:
   ruler_words.check_config(config)  # eval.common_words, eval.frequent_words (data/ruler_words.py)
   retrieval_mix.check_mix(config)  # data.retrieval_mix (data/retrieval_mix.py)
   t = config.train
-  if not t.learning_rate > 0:
-    raise ConfigError(f"train.learning_rate must be > 0; got {t.learning_rate}")
-  if not 0 <= t.final_lr_ratio <= 1:
-    raise ConfigError(f"train.final_lr_ratio must lie in [0, 1]; got {t.final_lr_ratio}")
-  for field in ("weight_decay", "grad_clip"):
-    if t[field] < 0:
-      raise ConfigError(f"train.{field} must be >= 0 (0 disables it); got {t[field]}")
   if not isinstance(t.get("init_from", ""), str):
     raise ConfigError(f"train.init_from must be a run's workdir, optionally <workdir>@<step> "
                       f"(\"\" = train from scratch); got {t.init_from!r}")
   choice(t.get("init_from_learned", "interpolate"), "train.init_from_learned", INIT_FROM_LEARNED)
-  if t.stop_after_step != -1 and (not isinstance(t.stop_after_step, int) or t.stop_after_step < 1):
-    raise ConfigError(f"train.stop_after_step must be -1 (run to num_steps) or >= 1; "
-                      f"got {t.stop_after_step!r}")
-  if config.eval.max_tokens_per_length < 0:
-    raise ConfigError(f"eval.max_tokens_per_length must be >= 0 (0 = all); "
-                      f"got {config.eval.max_tokens_per_length}")
   if m.global_every and not m.sliding_window:
     raise ConfigError("model.global_every only applies with model.sliding_window > 0")
-  prefetch = config.data.get("prefetch_batches", 4)
-  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-    raise ConfigError(f"data.prefetch_batches must be an integer >= 0 (0 = no read-ahead); "
-                      f"got {prefetch!r}")
-  if not isinstance(t.warmup_steps, int) or t.warmup_steps < 0:
-    raise ConfigError(f"train.warmup_steps must be an integer >= 0; got {t.warmup_steps!r}")
   if t.warmup_steps > t.num_steps:
     raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be <= train.num_steps="
                       f"{t.num_steps} (the learning rate would never reach its peak)")
-  for field in ("sliding_window", "global_every"):
-    if not isinstance(m[field], int) or m[field] < 0:
-      raise ConfigError(f"model.{field} must be an integer >= 0 (0 = off); got {m[field]!r}")
   if m.logn_scaling and config.data.train_len < 2:
     raise ConfigError("model.logn_scaling needs data.train_len >= 2 (it divides by log(train_len))")
-  if not isinstance(m.attention_chunk, int) or m.attention_chunk < 0:
-    raise ConfigError(f"model.attention_chunk must be an integer >= 0 (0 = off); "
-                      f"got {m.attention_chunk!r}")
   choice(m.get("remat", "none"), "model.remat", REMAT_MODES)
-  headroom = t.get("memory_headroom", 0.9)
-  if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom <= 1:
-    raise ConfigError(f"train.memory_headroom must be a fraction in (0, 1] of the memory limit; "
-                      f"got {headroom!r}")
-  cap = t.get("memory_limit_gib", 0.0)
-  if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap >= 0:
-    raise ConfigError(f"train.memory_limit_gib must be a number of GiB >= 0 (0 = the device's "
-                      f"own limit); got {cap!r}")
-  if t.eval_every_steps < 0:
-    raise ConfigError(f"train.eval_every_steps must be >= 0; got {t.eval_every_steps}")
   wandb_log.check_config(config)  # train.wandb_project / wandb_entity / wandb_mode
   check_evaluation(config)  # the held-out splits and eval.* lengths and protocol
-  positive_int(config, "train.grad_accum_steps")
   data, fsdp, _, _ = mesh_shape(config.mesh, num_devices)
   micro = config.data.batch_size // t.grad_accum_steps
   if config.data.batch_size % t.grad_accum_steps or micro % (data * fsdp):
@@ -143,24 +107,86 @@ def check_model(config) -> None:
   if m.head_dim == -1 and m.d_model % m.num_heads:
     raise ConfigError(f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
                       "(or set model.head_dim)")
-  if m.head_dim != -1 and (not isinstance(m.head_dim, int) or m.head_dim < 1):
-    raise ConfigError(f"model.head_dim must be a positive integer or -1; got {m.head_dim!r}")
   choice(m.mlp_activation, "model.mlp_activation", ACTIVATIONS)
   choice(m.dtype, "model.dtype", DTYPES)
   choice(m.param_dtype, "model.param_dtype", DTYPES)
   choice(m.attention_impl, "model.attention_impl", ATTENTION_IMPLS)
   kv = m.get("num_kv_heads", -1)
-  if isinstance(kv, bool) or not isinstance(kv, int) or not (
-      kv == -1 or (kv >= 1 and m.num_heads % kv == 0)):
+  if kv != -1 and m.num_heads % kv:
     raise ConfigError(f"model.num_kv_heads must be -1 (= model.num_heads) or a divisor of "
                       f"model.num_heads={m.num_heads} (1 = multi-query); got {kv!r}")
   choice(m.get("qk_norm", "none"), "model.qk_norm", QK_NORMS)
   if not isinstance(m.get("qkv_bias", False), bool):
     raise ConfigError(f"model.qkv_bias must be True or False; got {m.qkv_bias!r}")
-  eps = m.get("norm_eps", 1e-6)
-  if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-    raise ConfigError(f"model.norm_eps must be a number in (0, 1), e.g. 1e-6; got {eps!r}")
   choice(m.get("norm_position", "pre"), "model.norm_position", NORM_POSITIONS)
+
+
+# Eval-time position-id transform fields (models/position_transforms.py CONFIG_FIELDS) -> the
+# model.position.position_transform that reads them; the attention temperature's form and layers
+# are read only with model.position.attention_temperature on.
+_TRANSFORM_OF = {"self_extend_": "self_extend", "string_": "string", "lm_infinite_": "lm_infinite"}
+# data.position_sampler fields -> the samplers that read them (data/position_samplers.py).
+_SAMPLER_FIELDS = {"max_position": ("randomized", "pose"), "num_chunks": ("pose",),
+                   "seed": ("randomized", "pose")}
+
+
+def _ignored_position_field(pos, name: str, extension: str) -> bool:
+  """Whether `model.position.<name>` is read by neither the scheme, nor an active transform, nor
+  the eval-time `extension` (eval.extension: its params and window field, models/extensions.py)."""
+  if name in positions.scheme_class(pos.kind).config_fields or name == "position_transform":
+    return False
+  spec = extensions.EXTENSIONS.get(extension)
+  if spec is not None and name in spec.params + spec.optional_params + (spec.window_field,):
+    return False
+  if name in position_transforms.CONFIG_FIELDS:
+    prefix = next(p for p in _TRANSFORM_OF if name.startswith(p))
+    return pos.get("position_transform", "none") != _TRANSFORM_OF[prefix]
+  if name in position_transforms.TEMPERATURE_FIELDS:
+    return name != "attention_temperature" and not pos.get("attention_temperature", False)
+  return True
+
+
+def check_applicable(config) -> None:
+  """Refuses a field set away from its default that the run would ignore (and yet record in its
+  config.json): a `model.position` field the chosen scheme does not read (e.g. a RoPE scaling on
+  an ALiBi run; each scheme declares its fields, models/positions/<scheme>.py `config_fields`),
+  an eval-time transform's field without that transform or eval.extension reading it, the
+  attention temperature's form or layers without the temperature, a `data.position_sampler` field its sampler does not read, a
+  `data.task` field without a task.
+
+  Raises:
+    ConfigError: naming the field, its value, what would ignore it and its default.
+  """
+  pos = config.model.position
+  if pos.kind not in positions.REGISTRY:
+    return  # positions.build names the unknown kind
+  extension = config.eval.get("extension", "none")
+  for name, (default, _) in positions.config_fields().items():
+    value = pos.get(name, default)
+    if value != default and _ignored_position_field(pos, name, extension):
+      readers = [k for k, cls in positions.REGISTRY.items() if name in cls.config_fields]
+      raise ConfigError(
+          f"model.position.{name}={value!r} does not apply to model.position.kind={pos.kind!r}"
+          + (f" (read by {', '.join(readers)})" if readers else " without the transform or "
+             "temperature that reads it") + f"; leave it at its default {default!r}")
+  sampler, base = config.data.position_sampler, _base_defaults()
+  for name, kinds in _SAMPLER_FIELDS.items():
+    default = base["data"]["position_sampler"][name]
+    if sampler.get(name, default) != default and sampler.kind not in kinds:
+      raise ConfigError(f"data.position_sampler.{name}={sampler[name]!r} is not read by "
+                        f"data.position_sampler.kind={sampler.kind!r} (only by {', '.join(kinds)});"
+                        f" leave it at its default {default!r}")
+  task = config.data.get("task")
+  if task is not None and not task.get("name"):
+    for name, default in base["data"]["task"].items():
+      if name != "name" and task.get(name, default) != default:
+        raise ConfigError(f"data.task.{name}={task[name]!r} applies only to an algorithmic task "
+                          f"(data.task.name is ''); set data.task.name or leave it at {default!r}")
+
+
+@functools.cache
+def _base_defaults() -> dict:
+  return base_config.get_config().to_dict()  # the schema's defaults
 
 
 def check_evaluation(config) -> None:

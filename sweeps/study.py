@@ -91,6 +91,7 @@ import itertools
 import json
 import os
 import re
+import traceback
 import types
 from typing import Any, Callable, Mapping, Sequence
 
@@ -324,6 +325,23 @@ class Study:
     """The base config, as train.py builds it from --config before any override."""
     return load_config_file(self.config_path())
 
+  def point_list(self) -> list:
+    """`points()`, called once, as a list.
+
+    Raises:
+      StudyError: points() raised (anything: one line naming the study, the file and line where
+        it raised, and the exception) or returned something that is not a sequence.
+    """
+    try:
+      return list(self.points())
+    except PointsError:
+      raise
+    except Exception as e:  # noqa: BLE001 -- any error of the user's points function
+      detail = " ".join(str(e).split())
+      detail = detail if len(detail) <= 300 else detail[:297] + "..."
+      raise PointsError(f"study {self.name!r}{_raised_at(e, self.points)}: points() raised "
+                        f"{type(e).__name__}" + (f": {detail}" if detail else "")) from None
+
   def runs(self) -> list[Run]:
     """The study's runs: points grouped by their training fields, in the points' order.
 
@@ -337,7 +355,7 @@ class Study:
       raise StudyError(f"Study.name={self.name!r} must match {STUDY_NAME.pattern} (it is a "
                        "folder name)")
     base = self.base_config()
-    points = list(self.points())
+    points = self.point_list()
     if not points:
       raise StudyError(f"study {self.name!r}: points() returned no point")
     common = dict(self.common)
@@ -395,6 +413,22 @@ class Study:
       names[child.name] = members[0][1]
       runs.append(child)
     return runs
+
+
+class PointsError(StudyError):
+  """A study's points() raised; the message names the study file and line."""
+
+
+def _raised_at(error: BaseException, points: Callable) -> str:
+  """" (<file>, line <n>)": where `error` was raised in the file that defines `points` (its
+  deepest frame there), else that file; "" when `points` has no source file."""
+  code = getattr(points, "__code__", None)
+  if code is None:
+    return ""
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == code.co_filename]
+  line = frames[-1].lineno if frames else code.co_firstlineno
+  rel = os.path.relpath(code.co_filename)
+  return f" ({code.co_filename if rel.startswith('..') else rel}, line {line})"
 
 
 # ---------------------------------------------------------------------------- loading studies

@@ -131,8 +131,8 @@ def test_a_run_with_logn_scaling_is_refused():
      r"model\.position\.attention_temperature_form must be one of \['logn', 'yarn'\]"),
     (dict(attention_temperature_layers=(1, 1)),
      r"model\.position\.attention_temperature_layers must be a tuple of distinct layer indices"),
-    (dict(attention_temperature_layers=(-1,)),
-     r"model\.position\.attention_temperature_layers must be a tuple of distinct layer indices"),
+    (dict(attention_temperature_layers=(-1,)),  # configs/field_ranges.py, before the scheme
+     r"model\.position\.attention_temperature_layers must be a tuple of integers >= 0; got \(-1,\)"),
 ])
 def test_bad_fields_are_refused_by_validate(fields, match):
   c = tiny_config("unused", "alibi")

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # argument) and are built and trained from one in test_extend_recipes.py.
 CONFIG_FILES = [p for p in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
                 if os.path.basename(p) not in ("__init__.py", "errors.py", "validate.py",
-                                               "extension_recipes.py")
+                                               "field_ranges.py", "extension_recipes.py")
                 and not os.path.basename(p).startswith("extend_")]
 
 
@@ -74,8 +74,8 @@ def test_mesh_resolution():
     ("data.batch_size", 12, "data.batch_size"),
     ("data.source", "c4", "data.source"),
     ("eval.length_multipliers", (), "eval.length_multipliers"),
-    ("eval.length_multipliers", (1.0, float("nan")), "list of finite numbers > 0; got \\(1.0, nan\\)"),
-    ("eval.length_multipliers", (float("inf"),), "list of finite numbers > 0; got \\(inf,\\)"),
+    ("eval.length_multipliers", (1.0, float("nan")), "eval.length_multipliers must be a tuple of finite numbers > 0; got \\(1.0, nan\\)"),
+    ("eval.length_multipliers", (float("inf"),), "eval.length_multipliers must be a tuple of finite numbers > 0; got \\(inf,\\)"),
     ("eval.split", "train", "eval.split"),
     ("model.vocab_size", 100, "model.vocab_size"),
     ("train.final_lr_ratio", -3.0, "train.final_lr_ratio"),
@@ -140,3 +140,21 @@ def test_mqar_sizes_above_its_52_keys_are_refused_before_training(train_max, eva
     validate(c, 8)
   c.data.task.train_max_size, c.data.task.eval_max_size = 8, 52
   validate(c, 8)
+
+
+def test_a_repeated_override_takes_its_last_value_tuples_too():
+  # ml_collections' tuple fields are multi-valued absl flags: repeats used to be concatenated.
+  import subprocess
+  import sys
+  script = ("import sys\nfrom absl import flags\nfrom ml_collections import config_flags\n"
+            "from configs.errors import parse_flags\n"
+            "config_flags.DEFINE_config_file('config', None, '', lock_config=True)\n"
+            "parse_flags(sys.argv)\nc = flags.FLAGS.config\n"
+            "print(c.eval.length_multipliers, c.data.train_len)\n")
+  out = subprocess.run(
+      [sys.executable, "-c", script, "--config=configs/alibi_tiny.py",
+       "--config.eval.length_multipliers=1,2", "--config.data.train_len", "32",
+       "--config.eval.length_multipliers=4,8", "--config.data.train_len=48"],
+      cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.split() == ["(4,", "8)", "48"]  # not (1, 2, 4, 8)

@@ -112,8 +112,8 @@ def test_rope_scaling_composes_with_the_variants():
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("p_rope_fraction", 1.5, "p_rope_fraction must lie in \\[0, 1\\]"),
-    ("p_rope_fraction", -0.1, "p_rope_fraction must lie in \\[0, 1\\]"),
+    ("p_rope_fraction", 1.5, "p_rope_fraction must be a finite number in \\[0, 1\\]"),
+    ("p_rope_fraction", -0.1, "p_rope_fraction must be a finite number in \\[0, 1\\]"),
 ])
 def test_bad_p_rope_fields_name_themselves(field, value, match):
   c = tiny_config("unused", "p_rope")

@@ -144,7 +144,7 @@ def test_word_answers_are_scored_by_recall_of_every_word():
     ("common_words", "num_common", 0, r"eval.common_words.num_common must be an integer in \[1, 32\]"),
     ("common_words", "uncommon_repeats", 6, r"uncommon_repeats must be an integer in \[1, common_repeats - 1 = 5\]"),
     ("common_words", "max_new_tokens", 10, r"eval.common_words.max_new_tokens must be an integer >= 28"),
-    ("frequent_words", "alpha", 1.0, r"eval.frequent_words.alpha must be a number > 1"),
+    ("frequent_words", "alpha", 1.0, r"eval.frequent_words.alpha must be a finite number > 1"),
     ("frequent_words", "word_letters", 13, r"word_letters must be an integer in \[2, 12\]"),
     ("frequent_words", "max_new_tokens", 8, r"max_new_tokens must be an integer >= 23"),
     ("frequent_words", "fewshot", 9, r"eval.frequent_words.fewshot must be an integer in \[0, 8\]"),

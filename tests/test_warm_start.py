@@ -33,16 +33,19 @@ def parent(text_corpus, tmp_path_factory) -> str:
 
 
 def child_config(text_corpus, parent_dir, **fields):
-  """A YaRN fine-tune at 2x the parent's train_len (batch halved: the same tokens per step)."""
+  """A YaRN fine-tune at 2x the parent's train_len (batch halved: the same tokens per step);
+  `fields` with model.position.rope_scaling='none' leave YaRN's factor and length unset (a
+  field no part of the run reads is refused)."""
   c = tiny_config(text_corpus, "rope")
   c.train.init_from = parent_dir
   c.data.train_len, c.data.batch_size = 64, 4
-  c.model.position.rope_scaling = "yarn"
-  c.model.position.rope_scaling_factor = 2.0
-  c.model.position.rope_scaling_train_len = 32
   c.train.num_steps, c.train.warmup_steps, c.train.checkpoint_every_steps = 4, 1, 2
   c.eval.length_multipliers = (1.0,)
-  for path, value in fields.items():
+  yarn = {"model.position.rope_scaling": "yarn", "model.position.rope_scaling_factor": 2.0,
+          "model.position.rope_scaling_train_len": 32}
+  if fields.get("model.position.rope_scaling") == "none":
+    yarn = {}
+  for path, value in {**yarn, **fields}.items():
     node = c
     *keys, leaf = path.split(".")
     for key in keys:
