@@ -45,13 +45,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from models.kernels import flash  # noqa: E402
 from models.kernels.reference import reference_bias, reference_mask  # noqa: E402
 from models.kernels.spec import KernelSpec  # noqa: E402
 from models.positions.alibi import alibi_slopes  # noqa: E402
 from models.positions.rope import apply_rope, rope_inv_freq  # noqa: E402
+from runs import command_line  # noqa: E402
 
 _ON_ACCELERATOR = jax.default_backend() in ("gpu", "tpu")
 FLAGS = flags.FLAGS
@@ -264,4 +265,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage="python bench/attention.py [--seq_lens=1024,2048] "
+                   "[--head_dims=64,128] [--impls=kernel,xla] ...")

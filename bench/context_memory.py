@@ -27,18 +27,22 @@ import platform  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from runs import optimizer  # noqa: E402
 import train  # noqa: E402
 from configs import alibi_tiny  # noqa: E402
 from models import sharding  # noqa: E402
+from models import positions  # noqa: E402
 from models.spec import model_spec  # noqa: E402
+from runs import command_line  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("kind", "alibi", "positional scheme (model.position.kind)")
+flags.DEFINE_enum("kind", "alibi", list(positions.REGISTRY), "positional scheme "
+                  "(model.position.kind)")
 flags.DEFINE_list("lengths", ["2048", "4096", "8192", "16384", "32768"], "train_len, tokens")
-flags.DEFINE_integer("context", 8, "mesh.context of the context-parallel mesh (<= 8 devices)")
+flags.DEFINE_integer("context", 8, "mesh.context of the context-parallel mesh (<= 8 devices)",
+                     lower_bound=1)
 
 
 def step_memory(length: int, context: int) -> tuple[float, float, float]:
@@ -61,7 +65,9 @@ def step_memory(length: int, context: int) -> tuple[float, float, float]:
 
 
 def main(argv):
+  """Prints the table of step memory at each length, on one device and split over --context."""
   del argv
+  lengths = command_line.numbers(FLAGS.lengths, "--lengths", int, 1)
   c = alibi_tiny.get_config()
   print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, jax "
         f"{jax.__version__}; configs/alibi_tiny.py ({c.model.num_layers} layers, d_model "
@@ -71,7 +77,7 @@ def main(argv):
   print(f"| train_len | 1 device: MiB | temporaries MiB | compile s | context {k}: MiB per device "
         f"| temporaries MiB | compile s | ratio |")
   print("|---|---|---|---|---|---|---|---|")
-  for length in map(int, FLAGS.lengths):
+  for length in lengths:
     one = step_memory(length, 1)
     split = step_memory(length, k)
     print(f"| {length} | {one[0]:.1f} | {one[1]:.1f} | {one[2]:.1f} | {split[0]:.1f} | "
@@ -79,4 +85,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage="python bench/context_memory.py [--kind=alibi] "
+                   "[--lengths=2048,4096] [--context=8]")

@@ -38,20 +38,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from configs import alibi_tiny  # noqa: E402
 from eval import perplexity  # noqa: E402
 from models import sharding  # noqa: E402
-from models import spec as specs
+from models import positions  # noqa: E402
+from models import spec as specs  # noqa: E402
+from runs import command_line  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("kind", "alibi", "positional scheme (model.position.kind)")
+flags.DEFINE_enum("kind", "alibi", list(positions.REGISTRY), "positional scheme "
+                  "(model.position.kind)")
 flags.DEFINE_list("multipliers", ["1", "2", "4", "8", "16", "32"], "lengths, x train_len")
-flags.DEFINE_integer("batch_tokens", 16384, "eval.batch_tokens: tokens per scoring batch")
+flags.DEFINE_integer("batch_tokens", 16384, "eval.batch_tokens: tokens per scoring batch",
+                     lower_bound=1)
 flags.DEFINE_integer("attention_chunk", None, "model.attention_chunk (tokens); default: the "
-                     "config's")
-flags.DEFINE_integer("repeats", 5, "timed calls per length (after one warm-up); 0 = no timing")
+                     "config's", lower_bound=1)
+flags.DEFINE_integer("repeats", 5, "timed calls per length (after one warm-up); 0 = no timing",
+                     lower_bound=0)
 
 _UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 
@@ -77,7 +82,9 @@ def lower_and_compile(fn, *args):
 
 
 def main(argv):
+  """Prints the table of evaluation memory and speed at each length."""
   del argv
+  multipliers = command_line.numbers(FLAGS.multipliers, "--multipliers", float, 0)
   c = alibi_tiny.get_config()
   c.model.position.kind = FLAGS.kind
   c.eval.batch_tokens = FLAGS.batch_tokens
@@ -95,8 +102,8 @@ def main(argv):
         "temporaries MB | bytes/token | ms/batch | tokens/s |")
   print("|---|---|---|---|---|---|---|---|---|---|")
   rng = np.random.default_rng(0)
-  for m in FLAGS.multipliers:
-    length = int(round(float(m) * c.data.train_len))
+  for m in multipliers:
+    length = int(round(m * c.data.train_len))
     windows = max(1, c.eval.batch_tokens // length)
     windows = -(-windows // perplexity.batch_parallelism(mesh)) * perplexity.batch_parallelism(mesh)
     tokens = rng.integers(3, 256, size=(windows, length + 1)).astype(np.int32)
@@ -123,4 +130,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage="python bench/eval_memory.py [--kind=alibi] "
+                   "[--multipliers=1,2,4] [--batch_tokens=N] [--repeats=N]")

@@ -40,11 +40,11 @@ import tempfile
 import time
 
 import jax
-from absl import app, flags
+from absl import flags
 
 from our_step import SHAPES, Ours, check_devices, refuse  # first: puts the repo root on sys.path
 from models import positions
-from runs import distributed
+from runs import command_line, distributed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("shape", "default", list(SHAPES), "bench shape (bench/our_step.py)")
@@ -238,11 +238,14 @@ def breakdown(ops: dict[str, Op], times: dict[str, tuple[float, int]], steps: in
 
 
 def main(argv):
+  """Times, profiles and prints where the step's time goes; exit 2 with one line on a bad flag."""
   del argv
   distributed.quiet_library_logs()  # no INFO lines (libtpu) before a refusal
   for name, least in (("steps", 1), ("warmup", 0), ("top", 1)):
     if getattr(FLAGS, name) < least:
       refuse(f"--{name} takes an integer >= {least}; got {getattr(FLAGS, name)}")
+  if FLAGS.trace_dir:  # the trace is written there after the timing: checked first
+    command_line.check_writable(FLAGS.trace_dir, "--trace_dir")
   reason = check_devices(FLAGS.devices, [FLAGS.shape])
   if reason:
     refuse(reason)
@@ -278,4 +281,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage="python bench/profile_step.py [--shape=default] [--scheme=alibi] "
+                   "[--steps=N] [--trace_dir=DIR]")

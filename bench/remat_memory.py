@@ -25,21 +25,25 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import train  # noqa: E402
 from configs import alibi_tiny  # noqa: E402
+from configs.errors import ConfigError  # noqa: E402
+from configs.validate import REMAT_MODES  # noqa: E402
 from data.tokenizers import get_tokenizer  # noqa: E402
 from models import sharding  # noqa: E402
 from models import spec as specs  # noqa: E402
-from runs import memory, optimizer  # noqa: E402
+from models import positions  # noqa: E402
+from runs import command_line, memory, optimizer  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("kind", "alibi", "positional scheme (model.position.kind)")
-flags.DEFINE_integer("train_len", 256, "data.train_len, tokens")
-flags.DEFINE_integer("batch_size", 16, "data.batch_size, sequences")
-flags.DEFINE_integer("num_layers", 4, "model.num_layers")
-flags.DEFINE_integer("d_model", 128, "model.d_model (mlp_dim = 4 x d_model)")
+flags.DEFINE_enum("kind", "alibi", list(positions.REGISTRY), "positional scheme "
+                  "(model.position.kind)")
+flags.DEFINE_integer("train_len", 256, "data.train_len, tokens", lower_bound=1)
+flags.DEFINE_integer("batch_size", 16, "data.batch_size, sequences", lower_bound=1)
+flags.DEFINE_integer("num_layers", 4, "model.num_layers", lower_bound=1)
+flags.DEFINE_integer("d_model", 128, "model.d_model (mlp_dim = 4 x d_model)", lower_bound=1)
 flags.DEFINE_list("modes", ["none", "block", "full"], "model.remat modes")
 
 
@@ -56,7 +60,11 @@ def step_footprint(config) -> tuple[memory.Footprint, float]:
 
 
 def main(argv):
+  """Prints the table of the training step's memory under each --modes value."""
   del argv
+  if not FLAGS.modes or set(FLAGS.modes) - set(REMAT_MODES):
+    raise ConfigError(f"--modes takes a comma-separated list from {list(REMAT_MODES)}; got "
+                      f"{FLAGS.modes}")
   c = alibi_tiny.get_config()
   c.model.position.kind = FLAGS.kind
   c.model.num_layers = FLAGS.num_layers
@@ -81,4 +89,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage="python bench/remat_memory.py [--kind=alibi] "
+                   "[--modes=none,block,full] [--train_len=N] ...")

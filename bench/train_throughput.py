@@ -38,7 +38,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from runs import optimizer  # noqa: E402
 import train  # noqa: E402
@@ -49,7 +49,7 @@ from models import sharding  # noqa: E402
 from data import inputs as data_inputs
 from models import spec as specs
 from our_step import refuse
-from runs import distributed
+from runs import command_line, distributed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("configs", ["tiny", "d512"], "models to measure: tiny, d512, llama_tiny")
@@ -141,6 +141,7 @@ def check_flags() -> None:
 
 
 def main(argv):
+  """Prints the throughput table (see the module docstring); exit 2 with one line on a bad flag."""
   del argv
   distributed.quiet_library_logs()
   check_flags()
@@ -164,4 +165,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage="python bench/train_throughput.py [--configs=tiny,d512] "
+                   "[--kinds=alibi] [--steps=N] [--prefetch=4,grain]")

@@ -40,11 +40,11 @@ import statistics
 import time
 
 import jax
-from absl import app, flags
+from absl import flags
 
 # our_step first: it puts the repo root on sys.path
 from our_step import NUM_LAYERS, SCHEMES, SHAPES, VOCAB, Ours, check_devices, refuse
-from runs import distributed
+from runs import command_line, distributed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", list(SHAPES), f"shapes to measure, from {list(SHAPES)}")
@@ -159,6 +159,7 @@ def measure(systems: dict) -> dict[str, float]:
 
 
 def main(argv):
+  """Prints our rows and PyTorch's (see the module docstring); exit 2 with one line on a bad flag."""
   del argv
   distributed.quiet_library_logs()  # no INFO lines (libtpu) before a refusal
   check_flags()
@@ -196,4 +197,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage="python bench/vs_pytorch.py [--shapes=default,wide,long] "
+                   "[--schemes=...] [--steps=N] [--devices=N]")

@@ -49,18 +49,18 @@ import multiprocessing
 import os
 import random
 import re
-import sys
 import tempfile
 from typing import Iterator, Sequence
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 from tqdm import tqdm
 
 from configs.errors import ConfigError
 from data import corpora, corpus_formats
 from data.corpora import DocumentRef
 from data.tokenizers import HF_PREFIX, ByteTokenizer, HFTokenizer, SentencePieceTokenizer, Tokenizer
+from runs.command_line import check_writable, run
 from runs.files import atomic_write, write_json
 
 SOURCE_FORMATS = ("auto", *corpus_formats.FORMATS)
@@ -115,21 +115,10 @@ def check_out_dir(out: str, overwrite: bool) -> None:
   if "://" in out:
     raise ConfigError(f"--out={out!r}: write to a local directory, then copy it to the bucket "
                       "(gcloud storage cp -r); see docs/pod_scale_data.md")
-  if os.path.exists(out):
-    if not os.path.isdir(out):
-      raise ConfigError(f"--out={out} is a file, not a directory")
-    if not os.access(out, os.W_OK | os.X_OK):
-      raise ConfigError(f"--out={out} is not writable")
-    if os.path.exists(os.path.join(out, corpora.MANIFEST)) and not overwrite:
-      raise ConfigError(f"--out={out} already holds a prepared corpus ({corpora.MANIFEST}); "
-                        "pass --overwrite to replace it, or choose another --out")
-    return
-  parent = os.path.dirname(os.path.abspath(out))
-  while not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-    raise ConfigError(f"--out={out} cannot be created: {parent} is "
-                      f"{'not a directory' if not os.path.isdir(parent) else 'not writable'}")
+  check_writable(out, "--out")
+  if os.path.exists(os.path.join(out, corpora.MANIFEST)) and not overwrite:
+    raise ConfigError(f"--out={out} already holds a prepared corpus ({corpora.MANIFEST}); "
+                      "pass --overwrite to replace it, or choose another --out")
 
 
 def make_out_dir(out: str) -> None:
@@ -380,6 +369,8 @@ def _check_flags(validation_fraction: float, test_fraction: float, shard_mb: flo
   if tmp_dir and not os.path.isdir(tmp_dir):
     raise ConfigError(f"--tmp_dir={tmp_dir} is not a directory (it holds the texts of compressed "
                       "and parquet sources while preparing; '' = $TMPDIR)")
+  if tmp_dir:
+    check_writable(tmp_dir, "--tmp_dir")
 
 
 def _drop_old_manifest(out: str) -> set[str]:
@@ -562,25 +553,24 @@ def define_flags() -> None:
                       "spilled while preparing (room for their text); '' = $TMPDIR.")
 
 
+USAGE = ("python -m data.prepare --source=GLOB --tokenizer=byte|sentencepiece:VOCAB_SIZE|hf:PATH "
+         "--out=DIR")
+
+
 def main(argv) -> None:
-  """`python -m data.prepare`: runs `prepare` on the flags; exits 2 with one line on bad input."""
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
-    for name in ("source", "tokenizer", "out"):
-      if not FLAGS[name].value:
-        raise ConfigError(f"--{name} is required (python -m data.prepare --source=GLOB "
-                          "--tokenizer=byte|sentencepiece:VOCAB_SIZE|hf:PATH --out=DIR)")
-    m = prepare(FLAGS.source, FLAGS.tokenizer, FLAGS.out, source_format=FLAGS.source_format,
-                text_field=FLAGS.text_field, id_field=FLAGS.id_field,
-                validation_fraction=FLAGS.validation_fraction, test_fraction=FLAGS.test_fraction,
-                sp_model_type=FLAGS.sp_model_type,
-                sp_character_coverage=FLAGS.sp_character_coverage,
-                sp_input_sentences=FLAGS.sp_input_sentences, workers=FLAGS.workers,
-                shard_mb=FLAGS.shard_mb, overwrite=FLAGS.overwrite, tmp_dir=FLAGS.tmp_dir)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  """`python -m data.prepare`: runs `prepare` on the flags; exits 2 with one line on bad input
+  (runs.command_line.run: stray arguments and flag errors too)."""
+  del argv  # none (runs.command_line.run refuses them)
+  for name in ("source", "tokenizer", "out"):
+    if not FLAGS[name].value:
+      raise ConfigError(f"--{name} is required ({USAGE})")
+  m = prepare(FLAGS.source, FLAGS.tokenizer, FLAGS.out, source_format=FLAGS.source_format,
+              text_field=FLAGS.text_field, id_field=FLAGS.id_field,
+              validation_fraction=FLAGS.validation_fraction, test_fraction=FLAGS.test_fraction,
+              sp_model_type=FLAGS.sp_model_type,
+              sp_character_coverage=FLAGS.sp_character_coverage,
+              sp_input_sentences=FLAGS.sp_input_sentences, workers=FLAGS.workers,
+              shard_mb=FLAGS.shard_mb, overwrite=FLAGS.overwrite, tmp_dir=FLAGS.tmp_dir)
   for split, info in m["splits"].items():
     print(f"{split:>10}: {info['documents']:,} documents, {info['tokens']:,} tokens "
           f"({info['text_bytes'] / max(1, info['tokens']):.2f} bytes/token), {len(info['shards'])} shards")
@@ -592,4 +582,4 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  run(main, usage=USAGE)

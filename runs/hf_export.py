@@ -16,7 +16,6 @@ docs/pretrained.md.
 from __future__ import annotations
 
 import os
-import sys
 
 import jax
 import ml_collections
@@ -105,24 +104,24 @@ def export(workdir: str, out: str, step: int | None = None) -> dict:
 
 
 def main(argv) -> None:
-  """`python -m runs.hf_export`: exit 2 with one line on bad input."""
+  """`python -m runs.hf_export --workdir=<run> --out=<folder>`: exit 2 with one line on bad input
+  (runs.command_line.run: stray arguments and flag errors too)."""
   from absl import flags
   del argv
-  from runs import distributed
+  from runs import command_line, distributed
   distributed.quiet_library_logs()  # Orbax's INFO lines
   f = flags.FLAGS
-  try:
-    result = export(f.workdir, f.out, f.step)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  command_line.check_writable(f.out, "--out")  # before the checkpoint is read
+  result = export(f.workdir, f.out, f.step)
   print(f"wrote {result['out']}: {result['architecture']} at step {result['step']} "
         f"({', '.join(result['files'])})")
 
 
 if __name__ == "__main__":
-  from absl import app, flags as absl_flags
+  from absl import flags as absl_flags
+  from runs import command_line
   absl_flags.DEFINE_string("workdir", None, "The run's folder.", required=True)
   absl_flags.DEFINE_integer("step", None, "The checkpoint step (default: the latest).")
   absl_flags.DEFINE_string("out", None, "The folder to write.", required=True)
-  app.run(main)
+  command_line.run(main, usage="python -m runs.hf_export --workdir=<run> --out=<folder> "
+                   "[--step=N]")

@@ -21,7 +21,6 @@ state and no data iterator, so it is not resumed by train.py.
 from __future__ import annotations
 
 import os
-import sys
 
 import jax
 import numpy as np
@@ -166,24 +165,22 @@ def convert(value: str, workdir: str) -> str:
 
 def main(argv) -> None:
   """`python -m runs.hf_import --hf=<folder> --workdir=<run>`: exit 2 with one line on bad
-  input."""
+  input (runs.command_line.run: stray arguments and flag errors too)."""
   from absl import flags
   del argv
-  from runs import distributed
+  from runs import command_line, distributed
   distributed.quiet_library_logs()  # Orbax's INFO lines
   value = flags.FLAGS.hf if is_hf(flags.FLAGS.hf) else HF_PREFIX + flags.FLAGS.hf
-  try:
-    out = convert(value, flags.FLAGS.workdir)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  command_line.check_writable(flags.FLAGS.workdir, "--workdir")  # before the weights are read
+  out = convert(value, flags.FLAGS.workdir)
   print(f"wrote {out}: config.json and the parameters at step 0 (evaluate with python -m "
         f"eval.run --workdir={out}; data.* can be overridden there)")
 
 
 if __name__ == "__main__":
-  from absl import app, flags as absl_flags
+  from absl import flags as absl_flags
+  from runs import command_line
   absl_flags.DEFINE_string("hf", None, "The model folder (config.json, *.safetensors).",
                            required=True)
   absl_flags.DEFINE_string("workdir", None, "The run folder to write.", required=True)
-  app.run(main)
+  command_line.run(main, usage="python -m runs.hf_import --hf=<folder> --workdir=<run folder>")

@@ -71,11 +71,12 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-from absl import app, flags
+from absl import flags
 
 from configs import base as base_config, extension_recipes
-from configs.errors import ConfigError, flatten, parse_flags
+from configs.errors import ConfigError, flatten
 from eval import suites as suites_registry
+from runs import command_line
 from runs.files import atomic_write, write_json
 from models import rope_scaling
 from runs.metrics import read_metrics
@@ -152,11 +153,46 @@ def _result_rows(result: dict, train_len: int) -> list[dict[str, Any]]:
   return suite.rows(result, train_len) if suite is not None else []
 
 
+# Columns that hold numbers in every result (the summary computes with them); any other column
+# in which some result holds a number must hold numbers (or nothing) in every result.
+NUMBER_FIELDS = ("step", "extension_factor", "length", "multiplier", "nll", "ppl", "tokens",
+                 "accuracy", "max_length_passing", "exact_match", "size")
+
+
+def _is_number(value) -> bool:
+  """A JSON number (int or float, not bool) or null."""
+  return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _warn_malformed(run: str, name: str, reason) -> None:
+  """The warning for a result file of `run` left out because it is malformed."""
+  warnings.warn(f"left out {run}/{name}: {reason}", stacklevel=3)
+
+
+def _drop_malformed(records: list[dict[str, Any]], columns: set[str]) -> list[dict[str, Any]]:
+  """`records` without those of a result file that holds a non-number in one of its `columns`
+  (those read from result files) that holds numbers: NUMBER_FIELDS, or a column another file
+  fills with numbers; with a warning naming the file and the field (a hand-edited or foreign
+  result would otherwise stop the tables' writing)."""
+  numeric = columns & (set(NUMBER_FIELDS) | {k for r in records for k, v in r.items()
+                                             if v is not None and _is_number(v)})
+  bad: dict[tuple[str, str], str] = {}
+  for r in records:
+    where = (r["run"], r["file"])
+    for k in sorted(numeric & r.keys()):
+      if where not in bad and not _is_number(r[k]):
+        bad[where] = f"field {k!r} holds {r[k]!r}, not a number"
+  for (run, name), reason in bad.items():
+    _warn_malformed(run, name, reason)
+  return [r for r in records if (r["run"], r["file"]) not in bad]
+
+
 def collect(study_dir: str) -> pd.DataFrame:
   """The tidy results table of a study folder (module docstring).
 
-  A run whose config.json is unreadable, and result files that are not result JSON, are left out
-  with a warning (warnings.warn) naming them.
+  A run whose config.json is unreadable, result files that are not result JSON, and result files
+  holding a non-number in a number field (`_drop_malformed`) are left out with a warning
+  (warnings.warn) naming them.
 
   Raises:
     CollectError: the folder does not exist, is a run folder, or holds neither a run with a
@@ -220,7 +256,7 @@ def collect(study_dir: str) -> pd.DataFrame:
              and len({repr(flat.get(k)) for _, _, _, flat, _ in runs}) > 1]
   study = os.path.basename(os.path.normpath(study_dir))
   flats = {run: flat for run, _, _, flat, _ in runs}
-  records = []
+  records, result_columns = [], set()
   for run, workdir, stored, flat, results in runs:
     base = {"study": study, "run": run}
     base.update({name: flat.get(path) for path, name in STANDARD_FIELDS.items()})
@@ -234,16 +270,27 @@ def collect(study_dir: str) -> pd.DataFrame:
     base.update(final_metrics(workdir))
     latest: dict[Any, tuple[str, dict]] = {}
     for name, result in results:
-      key = result_key(result)
+      try:
+        key = result_key(result)
+        if not _is_number(result.get("step", -1)):
+          raise TypeError(f"field 'step' holds {result['step']!r}, not a number")
+      except (TypeError, ValueError, AttributeError) as e:
+        _warn_malformed(run, name, e)
+        continue
       if key not in latest or result.get("step", -1) > latest[key][1].get("step", -1):
         latest[key] = (name, result)
     for key, (name, result) in sorted(latest.items(), key=lambda kv: kv[1][0]):
       head = {"suite": key.suite, "extension": key.extension, "extension_factor": key.factor,
               "protocol": key.protocol, "stride": key.stride, "step": result.get("step"),
               "file": name}
-      for row in _result_rows(result, flat.get("data.train_len") or 1):
-        records.append({**base, **head, **row})
-  frame = pd.DataFrame.from_records(records)
+      try:
+        rows = _result_rows(result, flat.get("data.train_len") or 1)
+      except (KeyError, TypeError, ValueError, AttributeError) as e:
+        _warn_malformed(run, name, f"its rows cannot be read ({type(e).__name__}: {e})")
+        continue
+      records += [{**base, **head, **row} for row in rows]
+      result_columns |= set(head).union(*rows)
+  frame = pd.DataFrame.from_records(_drop_malformed(records, result_columns))
   if frame.empty:
     raise CollectError(f"no result JSON in any {study_dir}/<run>/eval/ (runs still training?)")
   return frame
@@ -444,18 +491,22 @@ def stale_runs(study_dir: str, table: str) -> list[str]:
   return sorted({k.split(os.sep)[0] for k in changed})
 
 
+USAGE = "python -m sweeps.collect <root>/<study> [--out=<folder>]"
+
+
 def main(argv):
-  if len(argv) != 2:
-    print("error: usage: python -m sweeps.collect <root>/<study> [--out=<folder>]; got "
-          f"{len(argv) - 1} arguments", file=sys.stderr)
-    sys.exit(2)
+  """`python -m sweeps.collect <root>/<study>`: writes the tables; exit 2 with one line on bad
+  input (runs.command_line.run: stray arguments and flag errors too)."""
   study_dir = os.path.normpath(argv[1])
   out = (FLAGS["out"].value if "out" in FLAGS else None) or study_dir  # defined under __main__
-  if os.path.exists(out) and not os.path.isdir(out):
-    print(f"error: --out={out} is a file; give a folder for results.parquet, results.csv and "
-          "summary.csv", file=sys.stderr)
-    sys.exit(2)
   try:
+    if not os.path.isdir(study_dir):
+      raise CollectError(f"{study_dir} is not a folder (expected <root>/<study>)")
+    # where the tables go, before reading anything: the study folder itself by default
+    if os.path.exists(out) and not os.path.isdir(out):
+      raise CollectError(f"--out={out} is a file; give a folder for results.parquet, results.csv "
+                         "and summary.csv")
+    command_line.check_writable(out, "--out")
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
       # what the tables are read from, recorded first: a file that changes while they are
@@ -489,6 +540,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
+  """Command-line flags (defined only when run as a script)."""
   flags.DEFINE_string("out", None, "Folder for results.parquet, results.csv and summary.csv; "
                       "default: the study folder itself (where sweeps.report and the notebooks "
                       "look for them).")
@@ -496,4 +548,4 @@ def define_flags() -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main, flags_parser=parse_flags)
+  command_line.run(main, usage=USAGE, arguments=1)

@@ -44,14 +44,14 @@ import json
 import math
 import os
 import re
-import sys
 
 import numpy as np
 import pandas as pd
-from absl import app, flags
+from absl import flags
 from scipy import stats
 
 from configs.errors import ConfigError
+from runs import command_line
 from runs.files import atomic_write
 
 BLOCK = re.compile(r"(<!-- table (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end table -->)", re.S)
@@ -350,35 +350,37 @@ _CHECK = flags.DEFINE_bool("check", False, "rewrite nothing; list the pages whos
                            "not what the committed data give, and exit 1 if any")
 
 
+USAGE = "python -m sweeps.findings [--check] results/<page>.md ..."
+
+
 def main(argv):
+  """`python -m sweeps.findings PAGE...`: rewrites (or, --check, checks) the pages' tables; exit 2
+  with one line on bad input (runs.command_line.run: flag errors too)."""
   pages = argv[1:]
   if not pages:
-    print("usage: python -m sweeps.findings [--check] results/<page>.md ...", file=sys.stderr)
-    return 2
-  try:
-    for page in pages:
-      if not os.path.isfile(page):
-        raise ConfigError(f"{page}: no such page")
-    if _CHECK.value:
-      stale = stale_pages(pages)
-      for page in stale:
-        print(f"stale: {page} (python -m sweeps.findings {page} rewrites its tables)")
-      if not stale:
-        print(f"{len(pages)} page(s) current: every table is what the committed data give")
-      return 1 if stale else 0
-    for page in pages:
-      text = render_page(page)
+    raise ConfigError(f"no page given; usage: {USAGE}")
+  for page in pages:
+    if not os.path.isfile(page):
+      raise ConfigError(f"{page}: no such page")
+    if not _CHECK.value:  # rewritten in place: every page's folder checked before any is
+      command_line.check_writable(page, "page", folder=False)
+  if _CHECK.value:
+    stale = stale_pages(pages)
+    for page in stale:
+      print(f"stale: {page} (python -m sweeps.findings {page} rewrites its tables)")
+    if not stale:
+      print(f"{len(pages)} page(s) current: every table is what the committed data give")
+    return 1 if stale else 0
+  for page in pages:
+    text = render_page(page)
 
-      def write(tmp, text=text):
-        with open(tmp, "w", encoding="utf-8") as f:
-          f.write(text)
-      atomic_write(page, write)
-      print(f"wrote {page} ({len(BLOCK.findall(text))} tables)")
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    def write(tmp, text=text):
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    atomic_write(page, write)
+    print(f"wrote {page} ({len(BLOCK.findall(text))} tables)")
   return 0
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command_line.run(main, usage=USAGE, arguments=None)

@@ -73,9 +73,9 @@ import subprocess
 import sys
 from typing import Callable, Sequence
 
-from absl import app, flags, logging
+from absl import flags, logging
 
-from configs.errors import ConfigError, parse_flags
+from runs import command_line
 from runs.checkpoint import committed_steps
 from sweeps import cost
 from sweeps import local_pack
@@ -317,6 +317,8 @@ def launch(study_spec: str) -> int:
                       "under the mount)")
   if backend == "tpu" and not os.path.isabs(root):
     raise LaunchError(f"--backend=tpu: --root={root} must be an absolute path on the workers")
+  if backend != "tpu" and not dry_run:  # the runs' folders and logs go there: check it first
+    command_line.check_writable(root, "--root")
   root = os.path.abspath(root)
   if backend == "slurm" and any(c.isspace() for c in root):
     raise LaunchError(f"--backend=slurm: --root={root!r} contains white space, which #SBATCH "
@@ -328,6 +330,7 @@ def launch(study_spec: str) -> int:
     raise LaunchError("--parallel does not apply to --backend=slurm (the scheduler runs jobs "
                       "side by side)")
   study = load_study(study_spec)
+  study.point_list()  # a points() that raises is one line before this machine's devices are probed
   if backend == "tpu" and os.path.isabs(study.config_arg()):
     raise LaunchError(f"--backend=tpu: Study.config {study.config_arg()} is outside the "
                       f"repository, so the TPU workers' checkout does not have it")
@@ -528,22 +531,18 @@ def search_stage(study: Study, stage: Callable, *, root: str, state_root: str, r
   return search_lib.final_study(study, chosen), planned, outcomes
 
 
+USAGE = ("python -m sweeps.launch <study file or module> --root=<dir> "
+         "[--backend=local|tpu|slurm] [--parallel=N] [--dry-run]")
+
+
 def main(argv):
+  """`python -m sweeps.launch <study>`: exit 2 with one line on bad input (a flag, the study, a
+  run's config; runs.command_line.run: stray arguments and flag errors too), 1 if a run failed."""
   if not FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # JAX's backend probing logs at INFO
-  if len(argv) != 2:
-    print("error: usage: python -m sweeps.launch <study file or module> --root=<dir> "
-          "[--backend=local|tpu|slurm] [--parallel=N] [--dry-run]; got "
-          f"{len(argv) - 1} arguments", file=sys.stderr)
-    sys.exit(2)
-  try:
-    code = launch(argv[1])
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-  sys.exit(code)
+  sys.exit(launch(argv[1]))
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main, flags_parser=parse_flags)
+  command_line.run(main, usage=USAGE, arguments=1)

@@ -68,23 +68,22 @@ import dataclasses
 import math
 import os
 import shlex
-import sys
 import time
 from typing import Sequence
 
 import jax
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from configs.errors import ConfigError, mesh_shape, parse_flags
+from configs.errors import ConfigError, mesh_shape
 from configs.validate import validate
 from runs.plots import save_png, subplots
 from runs.files import write_json
 from models import sharding
 from models.spec import model_spec
 from runs.checkpoint import restore_params
-from runs import distributed
+from runs import command_line, distributed
 from configs.stored import load_run_config
 from runs.workdir import config_hash
 from sweeps.longrope_evolution import (GRID, SEEDS, UPPER, Settings, Space, _int, _rank,
@@ -223,15 +222,17 @@ def commands(result: dict, out: str) -> dict[str, str]:
           "evaluate": "python -m eval.run " + shlex.join(evaluate)}
 
 
-def _prepare(workdir: str, settings: Settings, step: int | None, devices):
+def _prepare(workdir: str, settings: Settings, step: int | None, devices, out: str | None):
   """Everything checked and loaded before the first compilation: (config, s, out-independent
-  parent record, scorer, windows info). Raises ConfigError (see `search`)."""
+  parent record, scorer, windows info). Raises ConfigError (see `search`; an `out`, or default
+  output folder, that cannot be written too)."""
   config = load_run_config(workdir)
   check_parent(config, workdir)
   check_settings(settings, config.data.train_len)
   if step is not None and not (_int(step) and step >= 0):
     raise ConfigError(f"--step must be a checkpoint step >= 0, or -1 for the latest; got {step!r}")
   s = settings.target_len / config.data.train_len
+  command_line.check_writable(out or default_out(workdir, s), "--out")
   config = ml_collections.ConfigDict(config.to_dict())
   mesh = _mesh(config, devices)
   first = search_config(config, s, 0, settings.attention_factor)
@@ -278,7 +279,7 @@ def search(workdir: str, target_len: int, *, step: int | None = None, population
   settings = Settings(target_len, population, generations, parents, mutation_prob,
                       tuple(keep_first_candidates), eval_tokens, seed, attention_factor)
   devices = list(jax.devices() if devices is None else devices)
-  config, s, parent, scorer, info = _prepare(workdir, settings, step, devices)
+  config, s, parent, scorer, info = _prepare(workdir, settings, step, devices, out)
   out = out or default_out(workdir, s)
   state_path = os.path.join(out, STATE_FILE)
   state = load_state(state_path, settings, parent) or new_state(settings, parent, info)
@@ -356,32 +357,33 @@ def _report(result: dict) -> None:
   print(f"evaluate at eval time:\n  {result['commands']['evaluate']}")
 
 
+USAGE = "python -m sweeps.longrope_search --workdir=<rope run> --target_len=<tokens>"
+
+
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  """`python -m sweeps.longrope_search`: exit 2 with one line on bad input
+  (runs.command_line.run: stray arguments and flag errors too)."""
+  del argv  # none (runs.command_line.run refuses them)
   distributed.quiet_library_logs()
+  if not FLAGS.workdir or FLAGS.target_len is None:
+    raise ConfigError(f"--workdir (a trained RoPE run) and --target_len (tokens) are required: "
+                      f"{USAGE}")
   try:
-    if not FLAGS.workdir or FLAGS.target_len is None:
-      raise ConfigError("--workdir (a trained RoPE run) and --target_len (tokens) are required")
-    try:
-      keep = [int(k) for k in FLAGS.keep_first_candidates]
-    except ValueError as e:
-      raise ConfigError(f"--keep_first_candidates must be integers; got "
-                        f"{FLAGS.keep_first_candidates}") from e
-    result = search(FLAGS.workdir, FLAGS.target_len, step=None if FLAGS.step == -1 else FLAGS.step,
-                    population=FLAGS.population, generations=FLAGS.generations,
-                    parents=FLAGS.parents, mutation_prob=FLAGS.mutation_prob,
-                    keep_first_candidates=keep, eval_tokens=FLAGS.eval_tokens, seed=FLAGS.seed,
-                    attention_factor=FLAGS.attention_factor, out=FLAGS.out,
-                    stop_after_generation=None if FLAGS.stop_after_generation == -1
-                    else FLAGS.stop_after_generation)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    keep = [int(k) for k in FLAGS.keep_first_candidates]
+  except ValueError as e:
+    raise ConfigError(f"--keep_first_candidates must be integers; got "
+                      f"{FLAGS.keep_first_candidates}") from e
+  result = search(FLAGS.workdir, FLAGS.target_len, step=None if FLAGS.step == -1 else FLAGS.step,
+                  population=FLAGS.population, generations=FLAGS.generations,
+                  parents=FLAGS.parents, mutation_prob=FLAGS.mutation_prob,
+                  keep_first_candidates=keep, eval_tokens=FLAGS.eval_tokens, seed=FLAGS.seed,
+                  attention_factor=FLAGS.attention_factor, out=FLAGS.out,
+                  stop_after_generation=None if FLAGS.stop_after_generation == -1
+                  else FLAGS.stop_after_generation)
   if jax.process_index() == 0:
     _report(result)
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main, flags_parser=parse_flags)
+  command_line.run(main, usage=USAGE)

@@ -27,9 +27,10 @@ import sys
 import warnings
 
 import pandas as pd
-from absl import app, flags
+from absl import flags
 
-from configs.errors import ConfigError, parse_flags
+from configs.errors import ConfigError
+from runs import command_line
 from runs.files import atomic_write
 from sweeps import collect, search
 from sweeps.extension_figures import fig_fine_tuning_curves
@@ -326,18 +327,20 @@ def write_report(path: str, out: str | None = None,
       (default: `path`'s, sweeps.training_figures.runs_folder).
 
   Raises:
-    ConfigError: see `load_study_table`; `out` is a folder or does not end in .html; `runs` is
-      not a folder.
+    ConfigError: see `load_study_table`; `out` is a folder, does not end in .html or cannot be
+      written (runs.command_line.check_writable); `runs` is not a folder.
   """
   if out is not None and (os.path.isdir(out) or not out.endswith(".html")):
     raise ConfigError(f"--out={out} must be an .html file path (not a folder)")
   if runs is not None and not os.path.isdir(runs):
     raise ConfigError(f"--runs={runs} is not a folder (expected <root>/<study>, holding the "
                       "run folders)")
-  frame, name = load_study_table(path)
-  if out is None:
+  if out is None and os.path.exists(path):
     out = (os.path.join(path, "report.html") if os.path.isdir(path)
            else os.path.splitext(path)[0] + "_report.html")
+  if out is not None:  # where the page goes, before anything is read (a missing `path`: below)
+    command_line.check_writable(out, "--out", folder=False)
+  frame, name = load_study_table(path)
   runs_dir = runs if runs is not None else runs_folder(path)
   selection = search.read_selection(os.path.join(runs_dir, search.SELECTION)) if runs_dir else None
   page, ids = build_report(frame, f"Study {name}", read_training_curves(runs_dir, frame), runs_dir,
@@ -350,20 +353,17 @@ def write_report(path: str, out: str | None = None,
   return out, ids
 
 
+USAGE = "python -m sweeps.report <root>/<study> | <results.parquet|csv> [--out=report.html]"
+
+
 def main(argv):
-  if len(argv) != 2:
-    print("error: usage: python -m sweeps.report <root>/<study> | <results.parquet|csv> "
-          f"[--out=report.html]; got {len(argv) - 1} arguments", file=sys.stderr)
-    sys.exit(2)
-  try:
-    out, ids = write_report(argv[1], FLAGS.out, FLAGS.runs)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  """`python -m sweeps.report <study or table>`: writes the page; exit 2 with one line on bad
+  input (runs.command_line.run: stray arguments and flag errors too)."""
+  out, ids = write_report(argv[1], FLAGS.out, FLAGS.runs)
   print(f"wrote {out} ({len(ids)} figures: {', '.join(ids)})"
         + ("" if "training_curves" in ids else "; no training curves (no run folder with a "
            "metrics.jsonl; see the report)"))
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  command_line.run(main, usage=USAGE, arguments=1)

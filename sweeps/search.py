@@ -53,7 +53,7 @@ def groups(study: Study) -> list[dict[str, Any]]:
   """The distinct groups of the study's from-scratch points, in order: each a dict of the
   point's `Search.group_by` fields (and its "@base") that it sets."""
   out: list[dict[str, Any]] = []
-  for point in study.points():
+  for point in study.point_list():
     if any(k in point for k in CHILD_KEYS):
       continue
     group = _group_of(point, study.search.group_by)
@@ -334,7 +334,7 @@ def final_study(study: Study, sel: Mapping) -> Study:
   child's "@parent" too, so that it still finds its parent); the search is dropped."""
   def points() -> list[dict]:
     out = []
-    for point in study.points():
+    for point in study.point_list():
       point = dict(point)
       if PARENT in point:
         point[PARENT] = {**point[PARENT], **_selected(sel, point[PARENT])}

@@ -443,6 +443,43 @@ def test_collect_leaves_out_unreadable_files_with_a_warning_and_refuses_a_run_fo
     assert message in bad.stderr
 
 
+def test_collect_leaves_out_a_result_with_a_non_number_in_a_number_field(tmp_path):
+  """A hand-edited or foreign result (a word where a number is due) is left out with a warning
+  naming its file and field; the tables are still written (pyarrow refused the mixed column)."""
+  import warnings
+  from tests.fake_study import write_fake_study
+  study = write_fake_study(str(tmp_path), algorithmic=False)
+  for run, name, change in [("kind=rope,seed=0", "ppl_vs_length.json", ("rows", 2, "ppl", "n/a")),
+                            ("kind=alibi,seed=1", "passkey.json", ("step", "final")),
+                            ("kind=none,seed=0", "loss_by_position.json",
+                             ("rows", 0, "tokens", [1, 2]))]:
+    path = os.path.join(study, run, "eval", name)
+    with open(path) as f:
+      result = json.load(f)
+    *where, field, value = change
+    node = result
+    for key in where:
+      node = node[key]
+    node[field] = value
+    with open(path, "w") as f:
+      json.dump(result, f)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    frame = collect.collect(study)
+  said = sorted(str(w.message) for w in caught)
+  assert said == [
+      "left out kind=alibi,seed=1/eval/passkey.json: field 'step' holds 'final', not a number",
+      "left out kind=none,seed=0/eval/loss_by_position.json: field 'tokens' holds [1, 2], not a "
+      "number",
+      "left out kind=rope,seed=0/eval/ppl_vs_length.json: field 'ppl' holds 'n/a', not a number"]
+  left = set(zip(frame["run"], frame["file"]))
+  assert ("kind=rope,seed=0", "eval/ppl_vs_length.json") not in left
+  assert ("kind=rope,seed=1", "eval/ppl_vs_length.json") in left
+  collect.write_frame(frame, str(tmp_path / "results.parquet"))
+  assert len(pd.read_parquet(tmp_path / "results.parquet")) == len(frame)
+  assert not collect.summarize(frame).empty
+
+
 # ---------------------------------------------------------------------------- warm-started children
 
 
