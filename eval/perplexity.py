@@ -24,7 +24,12 @@ L targets (L + 1 tokens with BOS) contributes nothing at length L.
 
 Budget: `eval.max_tokens_per_length` scored targets per length, split evenly over the documents
 (ceil(budget / documents) each) and taken from their starts; each document scores whole windows
-(non_overlapping) or whole strides (sliding) up to the first count >= its share.
+(non_overlapping) or whole strides (sliding) up to the first count >= its share. So the lengths
+score the same text only where every document gives its share, rounded to the same count, at
+every length: a document shorter than a length, or than its share in whole windows, gives less
+(or nothing). `eval.suites.perplexity.scored_text` says whether they do (`same_text`, recorded
+in the result with the targets common to every length), and a length that no document reaches
+is skipped with that reason (`ppl_vs_length`), never left as an empty row.
 
 Both protocols score with per-token weights (windows["weights"], float32, 0 = not scored; all
 ones when absent), in one jitted pass that returns per-position sums: the NLL is averaged over
@@ -54,7 +59,7 @@ from tqdm import tqdm
 
 from configs.errors import ConfigError, eval_lengths
 from data.corpora import Document
-from data.pipeline import document_windows, sliding_document_windows
+from data.pipeline import document_ids, document_windows, sliding_document_windows
 from data.tokenizers import ByteTokenizer
 from models import context_parallel
 from models.sharding import BATCH, abstract_batch, batch_sharding, replicated, trace_under_mesh
@@ -364,6 +369,11 @@ def evaluation_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, lengt
   return windows
 
 
+def document_lengths(docs: Sequence[Document], tokenizer) -> list[int]:
+  """Tokens of each document (its targets: BOS not counted), in order."""
+  return [len(document_ids(d, tokenizer)) for d in docs]
+
+
 def position_bin_edges(length: int, num_bins: int) -> np.ndarray:
   """Bin edges over window positions 0..length-1 for the loss by position.
 
@@ -419,7 +429,8 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
                   mesh, skip: Sequence[int] = (), skip_reason: str = "",
                   protocol: str = "non_overlapping", stride: int = 0,
                   position_bins: int | None = None,
-                  memory_check: Callable | None = None) -> list[dict]:
+                  memory_check: Callable | None = None,
+                  doc_tokens: Sequence[int] | None = None) -> list[dict]:
   """Perplexity at each evaluation length (see the module docstring for the protocols).
 
   Follows Press et al. (ALiBi, arXiv 2108.12409, Section 4): non-overlapping or sliding windows
@@ -445,13 +456,15 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
       compiled ahead (`compile_scoring`, the executable then used to score) and given to it; a
       length with a reason (it does not fit in memory, runs/memory.py `eval_checker`) is
       skipped with that reason. None = no check.
+    doc_tokens: `document_lengths(docs, tokenizer)` when the caller has it (else computed).
 
   Returns:
     One dict per length: length, stride (tokens; = length for non_overlapping), windows,
     documents (that contributed a window), tokens (scored), bytes (of text those tokens stand
     for, `scored_bytes`), nll (nats per token), ppl (per token), bits_per_byte (the summed NLL
     / bytes / ln 2) [, loss_by_position]. Lengths longer than every document, or skipped, give
-    tokens = bytes = 0 and nll = None.
+    tokens = bytes = 0, nll = None and `skipped`, the reason ("no held-out document reaches
+    ..." for the former).
 
   Raises:
     ConfigError: unknown protocol, or a stride outside [0, length] (see `resolve_stride`); or
@@ -462,6 +475,8 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
     if length not in skip:
       resolve_stride(length, protocol, stride)  # fail before any compilation
   per_doc = None if max_tokens_per_length <= 0 else -(-max_tokens_per_length // max(1, len(docs)))
+  doc_tokens = document_lengths(docs, tokenizer) if doc_tokens is None else doc_tokens
+  longest = max(doc_tokens, default=0)
   rows = []
   refused, attempted = [], 0  # lengths memory_check refused; lengths with windows to score
   for length in tqdm(list(lengths), desc="ppl vs length", leave=False,
@@ -469,6 +484,10 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
     windows = (None if length in skip else evaluation_windows(
         docs, tokenizer, length, protocol=protocol, stride=stride, max_tokens_per_doc=per_doc))
     score_fn, reason = nll_fn, skip_reason
+    if windows is not None and not len(windows["inputs"]):
+      reason = (f"no held-out document reaches length {length} (the longest of the {len(docs)} "
+                f"has {longest} tokens)")
+      windows = None
     if windows is not None and len(windows["inputs"]):
       attempted += 1
       score_fn = compile_scoring(nll_fn, params, length, batch_tokens // length, mesh)
@@ -493,7 +512,7 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
         "length": int(length),
         "stride": resolve_stride(length, protocol, stride),
         "windows": int(windows["inputs"].shape[0]),
-        "documents": sum(len(tokenizer.encode(d.data)) >= length for d in docs) if count else 0,
+        "documents": sum(n >= length for n in doc_tokens) if count else 0,
         "tokens": count,
         "bytes": num_bytes,
         "nll": nll,

@@ -12,6 +12,18 @@ one curve per extension. Lengths default to the run's `eval.length_multipliers`;
 `--length_multipliers=0.5,1,2,16` overrides them. Any eval.* field of the run's config can be
 overridden, e.g. `--config.eval.protocol=sliding --config.eval.stride=64` (the model's fields
 must stay those of the checkpoint).
+
+Before anything compiles: the checkpoint is chosen and checked (runs/checkpoint.py
+`restore_params`, the reading path of training resumes and warm starts: the newest readable
+step, a damaged newer one named in a warning and left in place; an unreadable `--step` refused),
+a run that a live process holds (`runs.run_lock`) is refused, and `<workdir>/eval/` must be
+writable. The run's lock is then held while the results are written.
+
+Results computed under other settings are kept, not overwritten: a result whose recorded settings
+(step, split, lengths, token budget, ...; eval/suites/base.py `SETTINGS`) differ from those of
+the file of the same name moves that file (and its figure) to `<workdir>/eval/earlier/<name>.<old
+values of what differs>.json` (`keep_earlier`), and the new result takes the usual name, the one
+the study tools read. The last lines list the files written (new or replaced) and those kept.
 """
 
 from __future__ import annotations
@@ -20,7 +32,6 @@ import glob
 import json
 import os
 import sys
-import time
 
 import jax
 import ml_collections
@@ -35,11 +46,14 @@ from data.inputs import load_splits
 from data.tokenizers import get_tokenizer
 from eval import perplexity, plots
 from eval.suites import Context
+from eval.suites import base as suites_base
+from eval.suites.base import EARLIER
 from eval.suites import perplexity as perplexity_suite
 from models import extensions, sharding
 from runs import distributed
 from runs.checkpoint import restore_params
 from runs.distributed import chief_print
+from runs.run_lock import RunLock, holder
 from runs.metrics import validation_loss_at
 from configs.stored import load_run_config
 
@@ -163,9 +177,11 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     {"<suite><suffix>": result dict} for every result written.
 
   Raises:
-    ConfigError: no config/checkpoint, a checkpoint that does not match the model, an unknown
-      suite or extension, an extension that does not fit the scheme, lengths the scheme cannot
-      represent, or bad multipliers; all before compilation. Also when no evaluation length's
+    ConfigError: no config/checkpoint, a checkpoint that does not match the model, no readable
+      checkpoint (or an unreadable `step`), a run held by a live process, an eval/ folder that
+      cannot be written, an unknown suite or extension, an extension that does not fit the
+      scheme, lengths the scheme cannot represent or (asked for explicitly) that no held-out
+      document reaches, or bad multipliers; all before compilation. Also when no evaluation length's
       compiled scoring program fits in memory (eval/perplexity.py `ppl_vs_length`; a length that
       does not fit is skipped, its reason in the result).
   """
@@ -182,24 +198,78 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   docs = load_splits(config)
   plan = preflight(config, purpose="eval", mesh=mesh, docs=docs, tokenizer=tokenizer,
                    explicit_lengths=length_multipliers is not None)
+  for warning in plan.warnings:
+    chief_print(f"warning: {warning}")
+  local = jax.process_index() == 0 and "://" not in workdir  # a bucket: no lock, no probe
+  if local:
+    check_not_held(workdir)
+    check_writable(os.path.join(workdir, "eval"))
   first = plan.evaluations[0]
   params, step = restore_params(workdir, first.config, first.spec, step)
-  results, extra = {}, validation_loss_at(workdir, step)
-  for ev in plan.evaluations:
-    suffix = extensions.extension_suffix(ev.extension, config.eval.factor,
-                                         config.eval.get("window", -1), changed.get(ev.extension))
-    ctx = Context(ev.config, workdir, ev.spec, mesh, params, step, docs, tokenizer, suffix,
-                  extra=extra)
-    for suite in plan.suites:
-      results.update(suite.run(ctx))
-  ppl = [v for v in results.values() if v["suite"] == "ppl_vs_length"]
-  if ppl and jax.process_index() == 0:
-    out_dir = os.path.join(workdir, "eval")
-    curves = _same_step_curves(out_dir, ppl[0])
-    if len(curves) > 1:
-      name = "ppl_vs_length" + perplexity.protocol_suffix(ppl[0]["protocol"], ppl[0]["stride"])
-      plots.plot_ppl_vs_length(curves, os.path.join(out_dir, f"{name}.png"))
+  lock = RunLock(workdir).acquire() if local else None
+  try:
+    results, extra = {}, validation_loss_at(workdir, step)
+    for ev in plan.evaluations:
+      suffix = extensions.extension_suffix(ev.extension, config.eval.factor,
+                                           config.eval.get("window", -1), changed.get(ev.extension))
+      ctx = Context(ev.config, workdir, ev.spec, mesh, params, step, docs, tokenizer, suffix,
+                    extra=extra)
+      for suite in plan.suites:
+        results.update(suite.run(ctx))
+    ppl = [v for v in results.values() if v["suite"] == "ppl_vs_length"]
+    if ppl and jax.process_index() == 0:
+      out_dir = os.path.join(workdir, "eval")
+      curves = _same_step_curves(out_dir, ppl[0])
+      if len(curves) > 1:
+        name = "ppl_vs_length" + perplexity.protocol_suffix(ppl[0]["protocol"], ppl[0]["stride"])
+        plots.plot_ppl_vs_length(curves, os.path.join(out_dir, f"{name}.png"))
+  finally:
+    if lock is not None:
+      lock.release()
   return results
+
+
+def check_not_held(workdir: str) -> None:
+  """Refuses a run that a live process holds (train.py training it, another eval.run), before
+  anything is read or compiled.
+
+  Raises:
+    ConfigError: one line naming the holder.
+  """
+  try:
+    who = holder(workdir)
+  except OSError as e:
+    raise ConfigError(f"--workdir={workdir}: its lock file cannot be read ({e.strerror})") from e
+  if who:
+    raise ConfigError(f"--workdir={workdir} is in use by {who[:300]}: one process writes a run at "
+                      "a time; evaluate it when that process has finished")
+
+
+def check_writable(folder: str) -> None:
+  """Refuses, before the evaluation, a results folder (`<workdir>/eval`) that cannot be written:
+  a file is created and removed there (or in the nearest existing folder above it), so a
+  read-only mount is caught where permission bits would not tell (root).
+
+  Raises:
+    ConfigError: one line naming the folder and the reason.
+  """
+  probe_dir = folder
+  while not os.path.isdir(probe_dir):
+    if os.path.exists(probe_dir):
+      raise ConfigError(f"{probe_dir} is a file, so the results folder {folder} cannot be made; "
+                        "move that file away")
+    parent = os.path.dirname(probe_dir)
+    if parent == probe_dir:
+      break
+    probe_dir = parent
+  probe = os.path.join(probe_dir, f".eval_write_probe_{os.getpid()}")
+  try:
+    with open(probe, "w") as f:
+      f.write("probe")
+    os.remove(probe)
+  except OSError as e:
+    raise ConfigError(f"the results folder {folder} is not writable ({probe_dir}: {e.strerror}); "
+                      "make it writable, or evaluate a copy of the run") from e
 
 
 def main(argv):
@@ -215,9 +285,11 @@ def main(argv):
           file=sys.stderr)
     sys.exit(2)
   distributed.quiet_library_logs()
+  folder = os.path.join(FLAGS.workdir, "eval")
+  before = _listing(folder)
+  suites_base.KEPT.clear()
   try:
     distributed.initialize_from_flags()  # before any device is used
-    started = time.time()
     results = evaluate(FLAGS.workdir, None if FLAGS.step < 0 else FLAGS.step,
                        FLAGS.length_multipliers, FLAGS.split, FLAGS.config)
   except ConfigError as e:
@@ -237,15 +309,50 @@ def main(argv):
       elif "max_length_passing" in result and row.get("accuracy") is not None:
         print(f"  length {row['length']:>6}: accuracy {row['accuracy']:.2f} "
               f"({row['correct']} of {row['prompts']} prompts)")
+      elif row.get("skipped"):
+        print(f"  length {row['length']:>6}: skipped, {row['skipped']}")
+    note = perplexity_suite.text_note(result) if result["suite"] == "ppl_vs_length" else None
+    if note:
+      print(f"  {note}")
     if "max_length_passing" in result:
       passing = result["max_length_passing"]
       print(f"  largest length with accuracy >= {result.get('threshold')}: "
             f"{'none' if passing is None else passing}")
-  folder = os.path.join(FLAGS.workdir, "eval")
-  written = (sorted(name for name in os.listdir(folder) if not name.startswith(".")
-                    and os.path.getmtime(os.path.join(folder, name)) >= started - 1)
-             if os.path.isdir(folder) else [f"{name}.json" for name in results])  # a bucket
-  print(f"wrote {folder}/ (replacing earlier files of the same names): " + ", ".join(written))
+  for line in written_lines(folder, before, results):
+    print(line)
+
+
+def _listing(folder: str) -> dict[str, int]:
+  """{path relative to `folder`: mtime_ns} of the files of `folder` and `folder/earlier/`."""
+  out = {}
+  for sub in ("", EARLIER):
+    path = os.path.join(folder, sub)
+    if os.path.isdir(path):
+      for name in os.listdir(path):
+        if not name.startswith(".") and os.path.isfile(os.path.join(path, name)):
+          out[os.path.join(sub, name)] = os.stat(os.path.join(path, name)).st_mtime_ns
+  return out
+
+
+def written_lines(folder: str, before: dict[str, int], results: dict) -> list[str]:
+  """The lines that say which files of `folder` the evaluation wrote (new, or replacing a file
+  computed under the same settings) and which earlier ones it kept in `folder/earlier/`."""
+  if "://" in folder:  # a bucket: the result names only
+    return [f"wrote {folder}/: " + ", ".join(f"{name}.json" for name in results)]
+  after = _listing(folder)
+  changed = sorted(n for n, t in after.items() if before.get(n) != t and os.sep not in n)
+  moved = {n + ext for n in suites_base.KEPT for ext in (".json", ".png")}
+  groups = [([n for n in changed if n not in before and n not in moved], "new"),
+            ([n for n in changed if n in moved], "replacing earlier results, kept below"),
+            ([n for n in changed if n in before and n not in moved],
+             "replaced: computed under the same settings")]
+  kept = sorted(n for n in after if n not in before and n.startswith(EARLIER + os.sep))
+  lines = [f"wrote {folder}/: " + "; ".join(f"{', '.join(names)} ({what})"
+                                             for names, what in groups if names)]
+  if kept:
+    lines.append(f"kept in {folder}/: " + ", ".join(kept) + " (earlier results computed under "
+                 "other settings; the name says which)")
+  return lines
 
 
 if __name__ == "__main__":

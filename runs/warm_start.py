@@ -27,6 +27,12 @@ shape change allowed is the row count of a `learned` table (`model.position.max_
 Anything else that changes a parameter's shape or adds/removes one is refused before
 compilation, with one line naming the field and the parent's value.
 
+The parent's checkpoint is chosen and checked before anything compiles: a parent that a live
+process still trains (its lock, runs/run_lock.py) is refused, since its `train.max_to_keep` could
+delete the step under the warm start; without `@<step>` the newest readable step is used, a
+damaged newer one named in a warning and left in place (runs/checkpoint.py `readable_step`, the
+reading path of training resumes and eval.run); an unreadable `<workdir>@<step>` is refused.
+
 `train.init_from=hf:<folder>` starts from a Hugging Face model folder instead (config.json and
 safetensors weights; runs/hf_import.py): the parent's config is the one its config.json
 describes, checked against the child's shapes and, from the safetensors headers, against the
@@ -49,8 +55,9 @@ import numpy as np
 from configs.errors import ConfigError, flatten
 from models.spec import ModelSpec, model_spec
 from runs import hf_import
-from runs.checkpoint import committed_steps, restore_params
+from runs.checkpoint import committed_steps, readable_step, restore_params
 from runs.distributed import chief_print
+from runs.run_lock import holder
 from configs.stored import CONFIG_FILE, load_run_config
 from runs.workdir import config_hash
 
@@ -187,8 +194,10 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
     ConfigError: train.init_from is not a training run's workdir (nor an "hf:<folder>" whose
       config.json and weights import: `_check_hf_parent`), is the new run's own workdir,
       is not the parent a resumed run's config.json records,
-      has no checkpoint (or none at <step>, listing those it has), or the configs are
-      incompatible (`check_shapes`; a different data.tokenizer).
+      has no checkpoint (or none at <step>, listing those it has), is held by a live process
+      (`check_parent_idle`), has no readable checkpoint (or <step> is unreadable: damaged newer
+      steps are named in a warning and left in place, runs/checkpoint.py `readable_step`), or
+      the configs are incompatible (`check_shapes`; a different data.tokenizer).
   """
   value = config.train.get("init_from", "")
   if value == "":
@@ -220,6 +229,7 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
   if step is not None and step not in steps:
     raise ConfigError(f"train.init_from={value!r}: {parent_dir} has no checkpoint at step {step}; "
                       f"available steps: {steps}")
+  check_parent_idle(value, parent_dir, steps[-1] if step is None else step)
   parent_config = load_run_config(parent_dir)
   with open(os.path.join(parent_dir, CONFIG_FILE)) as f:
     stored_hash = json.load(f).get("config_hash") or config_hash(parent_config)
@@ -229,8 +239,37 @@ def check_init_from(config, workdir: str, mesh) -> Parent | None:
     raise ConfigError(f"train.init_from: data.tokenizer={config.data.tokenizer!r} differs from the "
                       f"parent's {parent_config.data.tokenizer!r} (its embeddings index that "
                       "tokenizer's ids); keep the parent's tokenizer")
-  check_shapes(parent, config, model_spec(config, mesh), model_spec(parent_config, mesh), mesh)
-  return parent
+  parent_spec = model_spec(parent_config, mesh)
+  check_shapes(parent, config, model_spec(config, mesh), parent_spec, mesh)
+  chosen = readable_step(parent_dir, parent_spec, step, **_names(value, parent.workdir))
+  return dataclasses.replace(parent, step=chosen)
+
+
+def _names(value: str, parent_dir: str) -> dict:
+  """How a warm start's messages name the parent and a step of it (the `<workdir>@<step>`
+  syntax of train.init_from, not eval.run's --step)."""
+  return {"source": f"train.init_from={value!r}",
+          "step_name": lambda s: f"train.init_from={parent_dir}@{s}"}
+
+
+def check_parent_idle(value: str, parent_dir: str, step: int) -> None:
+  """Refuses a parent that a live process holds (runs/run_lock.py): its train.max_to_keep could
+  delete the chosen step while the warm start reads it.
+
+  Raises:
+    ConfigError: one line naming the holder, the step, and what to do (wait, or copy the step).
+  """
+  try:
+    who = holder(parent_dir)
+  except OSError as e:
+    raise ConfigError(f"train.init_from={value!r}: the lock file of {parent_dir} cannot be read "
+                      f"({e.strerror}); make it readable") from e
+  if who:
+    raise ConfigError(
+        f"train.init_from={value!r}: {parent_dir} is still being trained by {who[:200]}, whose "
+        f"train.max_to_keep may delete step {step} while this run reads it; wait for it to "
+        f"finish, or copy its config.json and checkpoints/{step}/ into a new folder <copy> (as "
+        f"<copy>/checkpoints/{step}/) and give train.init_from=<copy>@{step}")
 
 
 def _same_tokenizer(a: str, b: str) -> bool:
@@ -314,7 +353,8 @@ def load_params(parent: Parent, config, spec: ModelSpec, mesh):
                 f"{parent.hf['revision'] or 'unknown'}; fresh optimizer, schedule and data)")
     return hf_import.load_params(parent.workdir, parent.config, spec)
   parent_spec = model_spec(parent.config, mesh)
-  params, _ = restore_params(parent.workdir, parent.config, parent_spec, parent.step)
+  params, _ = restore_params(parent.workdir, parent.config, parent_spec, parent.step,
+                             checked=True, **_names(parent.workdir, parent.workdir))
   chief_print(f"warm start: the parameters of {parent.workdir} at step {parent.step} "
               "(fresh optimizer, schedule and data)")
   table = learned_table_path(config, spec)

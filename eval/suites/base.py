@@ -6,11 +6,20 @@ loss_by_position from one pass). It is checked before anything compiles (`check`
 trained model (`run`, on a `Context`), reports a few lines (`summary`) and turns each of its
 result JSONs into rows of a study's table (`rows`, read by sweeps.collect). Results are written
 by `write_result`: `<workdir>/eval/<name><suffix>.json` and `.png`, atomically, by process 0.
+
+A result never silently replaces one computed under other settings: the file names hold the
+eval-time extension, its factor and the protocol, and the other settings a result records
+(`SETTINGS`: step, split, lengths, token budget, ...) are compared with the file already there;
+when they differ, the earlier file (and its figure) is kept under `eval/earlier/`, named by the
+old values of what differs (`keep_earlier`), and the new result takes the usual name, which the
+study tools read (sweeps.collect reads the files of eval/ itself, not eval/earlier/).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from typing import Any, Callable, Mapping
 
@@ -117,13 +126,88 @@ class Suite:
             for r in result.get("rows", [])]
 
 
+# The settings a result records that change what it measures, beyond those its file name holds
+# (the extension, factor and protocol): {field: its short form in a kept file's name}. "lengths"
+# stands for the lengths (or task sizes) of its rows.
+SETTINGS = {"step": "step", "split": "split", "lengths": "lengths",
+            "max_tokens_per_length": "max_tokens", "position_bins": "bins",
+            "train_len": "train_len",
+            "extension_params": "params", "prompt": "prompt",
+            "haystack": "haystack", "trials": "trials", "seed": "seed", "threshold": "threshold",
+            "max_new_tokens": "max_new_tokens", "task": "task", "windows": "windows"}
+EARLIER = "earlier"  # <workdir>/eval/earlier/: results kept when a result computed otherwise
+# replaces them
+KEPT: list[str] = []  # the names whose earlier file `write_result` kept (eval.run reports them)
+
+
+def settings(result: dict) -> dict:
+  """The `SETTINGS` a result records (those it has), "lengths" from its rows."""
+  out = {k: result[k] for k in SETTINGS if k in result and k != "lengths"}
+  if isinstance(out.get("windows"), list):
+    del out["windows"]
+  rows = result.get("rows")
+  if isinstance(rows, list):
+    out["lengths"] = [r.get("length", r.get("size")) for r in rows if isinstance(r, dict)]
+  return out
+
+
+def differences(old: dict, new: dict) -> dict:
+  """{setting: (old value, new value)} for the `settings` both results record and that differ."""
+  a, b = settings(old), settings(new)
+  return {k: (a[k], b[k]) for k in SETTINGS if k in a and k in b and a[k] != b[k]}
+
+
+def _tag(field: str, value) -> str:
+  text = "-".join(str(v) for v in value) if isinstance(value, list) else str(value)
+  text = "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+  if len(text) > 40:  # a prompt or a long list: a digest
+    text = hashlib.sha256(str(value).encode()).hexdigest()[:8]
+  return f"{SETTINGS[field]}-{text}"
+
+
+def keep_earlier(out: str, name: str, result: dict) -> str | None:
+  """Before `<out>/<name>.json` is replaced by `result`: when the file there was computed under
+  other settings (`differences`), moves it and its PNG to `<out>/earlier/<name>.<what
+  differs, the old values>.json` (e.g. `ppl_vs_length.step-2.lengths-16-32-64.json`; `.2`,
+  `.3`, ... when taken) and returns a line saying so; else (no file, the same settings, or a file
+  that is not a result) None, and the file is replaced.
+  """
+  path = os.path.join(out, f"{name}.json")
+  try:
+    with open(path) as f:
+      old = json.load(f)
+  except (OSError, ValueError):
+    return None
+  changed = differences(old, result) if isinstance(old, dict) else {}
+  if not changed:
+    return None
+  folder = os.path.join(out, EARLIER)
+  os.makedirs(folder, exist_ok=True)
+  stem = name + "." + ".".join(_tag(k, old_value) for k, (old_value, _) in changed.items())
+  kept, n = stem, 1
+  while os.path.exists(os.path.join(folder, kept + ".json")):
+    n += 1
+    kept = f"{stem}.{n}"
+  for ext in (".png", ".json"):  # the JSON last: a kill in between leaves it where it was
+    if os.path.exists(os.path.join(out, name + ext)):
+      os.replace(os.path.join(out, name + ext), os.path.join(folder, kept + ext))
+  what = ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in changed.items())
+  return (f"kept the earlier {out}/{name}.json, computed with other settings ({what[:300]}), as "
+          f"{folder}/{kept}.json")
+
+
 def write_result(workdir: str, name: str, result: dict,
                  plot: Callable[[dict, str], None] | None = None) -> None:
   """Writes `<workdir>/eval/<name>.json` and, with `plot`, `<name>.png` (process 0 only; each
-  file atomically: a kill leaves the old file or the new one)."""
+  file atomically: a kill leaves the old file or the new one). A file there computed under other
+  settings is kept first (`keep_earlier`: `<workdir>/eval/earlier/`), and a line says so."""
   if jax.process_index() != 0:
     return
   out = os.path.join(workdir, "eval")
+  kept = keep_earlier(out, name, result)
+  if kept:
+    print(kept)
+    KEPT.append(name)
   write_json(os.path.join(out, f"{name}.json"), result)
   if plot is not None:
     plot(result, os.path.join(out, f"{name}.png"))
