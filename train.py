@@ -3,7 +3,7 @@
 
 Top to bottom: flags and `main`; the train state; the loss and `train_step`; the jitted step
 function; `train_loop`; `train_and_evaluate` (pre-flight -> data -> restore -> loop -> suites).
-The workdir (runs/) gets config.json, metrics.jsonl, training_curves.png, tensorboard/,
+The workdir (runs/) gets run.lock, config.json, metrics.jsonl, training_curves.png, tensorboard/,
 checkpoints/ and the suites' eval/<suite>.{json,png} (eval/suites/: perplexity and loss by
 position for text, accuracy per size for an algorithmic task, and what `eval.suites` names)."""
 
@@ -29,7 +29,7 @@ from eval.suites import Context
 from models import sharding
 from models.spec import (ModelSpec, abstract_with_shardings, init_params, measure_peak_flops,
                          train_flops_per_token)
-from runs import distributed, memory, wandb_log, warm_start, workdir as run_dir
+from runs import distributed, memory, run_guard, wandb_log, warm_start, workdir as run_dir
 from runs.checkpoint import TrainCheckpoints
 from runs.distributed import Preemption, chief_print
 from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
@@ -47,7 +47,8 @@ def define_flags() -> None:
 
 
 def main(argv):
-  """`python train.py --config=... --workdir=...`: exit 2 on bad input, 1 on a non-finite loss."""
+  """`python train.py --config=... --workdir=...`: exit 2 on bad input (a workdir another process
+  writes included), 1 on a non-finite loss or a full device."""
   if len(argv) > 1:  # every setting is a flag (absl would print its whole usage, exit 1)
     print(f"error: unexpected arguments {argv[1:]}; give every setting as a flag "
           "(--config=..., --workdir=..., --config.<field>=...)", file=sys.stderr)
@@ -57,9 +58,12 @@ def main(argv):
     config = config_from_flag(FLAGS.config)
     distributed.initialize_from_flags()  # before any device is used
     train_and_evaluate(config, FLAGS.workdir)
-  except (ConfigError, NonFiniteLossError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2 if isinstance(e, ConfigError) else 1)
+  except Exception as e:  # one line: bad input (status 2), non-finite loss or full device (1)
+    line, status = (str(e), 1) if isinstance(e, NonFiniteLossError) else run_guard.failure(e)
+    if line is None:
+      raise
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(status)
 
 
 # ---------------------------------------------------------------------------- the train state
@@ -208,7 +212,7 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
         resource.close()
       raise
 
-  with Preemption() as preemption:
+  with Preemption() as preemption, bar:  # the bar is closed however the loop ends
     while step < last_step:
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v)
                for k, v in next(inputs.train).items()}
@@ -237,7 +241,6 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
         ckpt.save(step, state)
       if stop:
         break
-  bar.close()
   ckpt.close()
   if preemption.signalled.is_set() or step < last_step:
     return state, step, (f"preempted (SIGTERM) at step {step} of {t.num_steps}: checkpoint saved "
@@ -264,16 +267,20 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     retrieval-mix run}; {"step", "preempted": True} after SIGTERM.
 
   Raises:
-    ConfigError: bad config field, workdir, mesh or data (or train.wandb_project without the
-      wandb package), before anything is compiled; a training step that does not fit in memory
-      (runs/memory.py), before the workdir is made.
+    ConfigError: bad config field, workdir (another live process writing it included), mesh or
+      data (window counts included; or train.wandb_project without the wandb package), before
+      anything is compiled; a step that does not fit in memory (runs/memory.py): all before the
+      workdir is made. A start that fails later leaves nothing that binds the next one.
     NonFiniteLossError: see `train_loop`.
+    OutOfSpaceError: a checkpoint or metrics write found its device full (runs/run_guard.py).
   """
-  # --- pre-flight: every check, then the compiled step's memory, before the workdir is made
+  # --- pre-flight: every check (the data's window counts included), then the compiled step's
+  # memory; nothing is written before the workdir is made and claimed (runs/run_guard.py)
   devices = jax.devices() if devices is None else list(devices)
   validate(config, len(devices))
   wandb_log.check_installed(config)  # train.wandb_project needs the `wandb` extra
   run_dir.check_workdir(workdir)
+  run_guard.check_not_in_use(workdir)  # another live process writes it: refused
   mesh = sharding.make_mesh(config.mesh, devices)
   tokenizer = get_tokenizer(config.data.tokenizer)
   docs = data_inputs.load_splits(config)
@@ -286,61 +293,56 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     chief_print(f"warning: --workdir={workdir} holds a run started with other values; it "
                 f"resumes with the new ones: {'; '.join(changed)}")
   parent = warm_start.check_init_from(config, workdir, mesh)  # train.init_from
+  inputs = data_inputs.make_inputs(config, docs, tokenizer, process_index=jax.process_index(),
+                                   process_count=jax.process_count(), layout=spec.layout)
   tx = make_optimizer(config.train)
   shardings, abstract = state_shardings(tx, spec, mesh)
   step_fn = compile_step_fn(config, spec, tx, shardings, abstract, mesh, tokenizer.pad_id)
   chief_print(memory.check_train_step(step_fn, config, mesh))  # ConfigError when it cannot fit
   run_dir.make_workdir(workdir)  # every check above has passed
-  run_dir.write_run_config(
-      workdir, config, num_params=spec.num_params, mesh=dict(mesh.shape), num_devices=len(devices),
-      parent=parent.record() if parent else None, eval_lengths=plan.eval_lengths,
-      split_documents={k: [d.name for d in v] for k, v in docs.items()  # a prepared split:
-                       if not isinstance(v, data_inputs.corpora.PreparedSplit)})  # *.names.jsonl
+  with run_guard.claim(workdir, warn=lambda line: chief_print(line, file=sys.stderr)):
+    run_dir.write_run_config(workdir, config, num_params=spec.num_params, mesh=dict(mesh.shape),
+                             num_devices=len(devices), eval_lengths=plan.eval_lengths,
+                             parent=parent.record() if parent else None,
+                             split_documents=data_inputs.split_names(docs))
+    chief_print(f"model: {spec.num_params:,} parameters, scheme {config.model.position.kind!r}, "
+                f"mesh {dict(mesh.shape)}, data: {inputs.description}")
+    ckpt = TrainCheckpoints(workdir, config, abstract, inputs.train)
+    state, resumed = ckpt.restore_latest()  # --- state: the latest readable checkpoint, else new
+    if resumed is None:
+      state = initial_state(config, spec, tx, shardings, parent, mesh)
+    writer = MetricsWriter(workdir, resumed_from=resumed, config=config)
+    # --- the loop
+    nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
 
-  # --- data (each process reads its own share of the windows)
-  inputs = data_inputs.make_inputs(config, docs, tokenizer, process_index=jax.process_index(),
-                                   process_count=jax.process_count(), layout=spec.layout)
-  chief_print(f"model: {spec.num_params:,} parameters, scheme {config.model.position.kind!r}, "
-              f"mesh {dict(mesh.shape)}, data: {inputs.description}")
+    def validate_fn(step: int, params) -> dict:
+      record = {"step": step, **perplexity.score_validation(
+          nll_fn, params, inputs.validation, batch_tokens=config.eval.batch_tokens, mesh=mesh,
+          tokenizer=tokenizer)}
+      writer.log(record)
+      return record
 
-  # --- state: resume from the latest checkpoint, else initialise
-  ckpt = TrainCheckpoints(workdir, config, abstract, inputs.train)
-  state, resumed = ckpt.restore_latest()
-  state = state if resumed is not None else initial_state(config, spec, tx, shardings, parent, mesh)
-  writer = MetricsWriter(workdir, resumed_from=resumed, config=config)
-
-  # --- the loop
-  nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
-
-  def validate_fn(step: int, params) -> dict:
-    record = {"step": step, **perplexity.score_validation(
-        nll_fn, params, inputs.validation, batch_tokens=config.eval.batch_tokens, mesh=mesh,
-        tokenizer=tokenizer)}
-    writer.log(record)
-    return record
-
-  state, step, stopped = train_loop(config, state, int(state["step"]), step_fn, inputs, ckpt,
-                                    writer, validate_fn, mesh)
-  if stopped:
+    state, step, stopped = train_loop(config, state, int(state["step"]), step_fn, inputs, ckpt,
+                                      writer, validate_fn, mesh)
+    if stopped:
+      writer.close()
+      chief_print(f"{stopped}; run again to resume")
+      return {"step": step, **({"preempted": True} if stopped.startswith("preempted") else {})}
+    # --- final validation, then the suites on the model as trained
+    final = validate_fn(step, state["params"])
     writer.close()
-    chief_print(f"{stopped}; run again to resume")
-    return {"step": step, **({"preempted": True} if stopped.startswith("preempted") else {})}
-
-  # --- final validation, then the suites on the model as trained
-  final = validate_fn(step, state["params"])
-  writer.close()
-  per = "answer byte" if inputs.loss_unit == "answer token" else "byte"
-  chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits/{per})")
-  ctx = Context(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
-                extra={"final_validation_loss": final["val_loss"]})
-  results = {}
-  for suite in plan.suites:
-    for name, result in suite.run(ctx).items():
-      results[name] = result
-      for line in suite.summary(result):
-        chief_print(f"  {line}")
-  return {"step": step, "val_loss": final["val_loss"], **results,
-          **{k: v for k, v in final.items() if k.endswith("_answer_nll")}}
+    per = "answer byte" if inputs.loss_unit == "answer token" else "byte"
+    chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits/{per})")
+    ctx = Context(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
+                  extra={"final_validation_loss": final["val_loss"]})
+    results = {}
+    for suite in plan.suites:
+      for name, result in suite.run(ctx).items():
+        results[name] = result
+        for line in suite.summary(result):
+          chief_print(f"  {line}")
+    return {"step": step, "val_loss": final["val_loss"], **results,
+            **{k: v for k, v in final.items() if k.endswith("_answer_nll")}}
 
 
 if __name__ == "__main__":

@@ -44,6 +44,13 @@ def load_splits(config) -> dict[str, list[corpora.Document]]:
   return corpora.split_documents(docs, d.validation_fraction, d.test_fraction)
 
 
+def split_names(docs) -> dict[str, list[str]]:
+  """{split: its document names} of `load_splits`'s splits held in memory, for config.json; a
+  prepared split (a `PreparedSplit`) is left out: its names are in its *.names.jsonl."""
+  return {k: [d.name for d in v] for k, v in docs.items()
+          if not isinstance(v, corpora.PreparedSplit)}
+
+
 def token_unit(config) -> str:
   """What one token of the run is: "byte" (data.tokenizer='byte') or "token" (SentencePiece),
   the unit of its losses (nats per ...) in reports."""
@@ -117,9 +124,13 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_coun
       (data/position_layouts.py). Validation windows go without: the model applies the layout
       itself, with no offset.
 
+  Builds no batch yet (the iterator reads on its first `next`), so train.py calls it in its
+  pre-flight: its refusals come before the workdir is made.
+
   Raises:
-    ConfigError: data.batch_size not divisible by the processes, or no validation document
-      longer than data.train_len.
+    ConfigError: data.batch_size not divisible by the processes, fewer training windows of
+      data.train_len than one batch (data/pipeline.py `train_dataset`), or no validation
+      document longer than data.train_len.
   """
   d = config.data
   if d.batch_size % process_count:

@@ -1,7 +1,8 @@
 """Training metrics of a run: `metrics.jsonl` (one JSON record a line), TensorBoard and, with
-`train.wandb_project`, Weights & Biases (runs/wandb_log.py), all written by process 0 only; on
-resume the lines logged after the restored step are dropped (they are computed again). (The unit
-of a run's losses is `data.inputs.token_unit`.)"""
+`train.wandb_project`, Weights & Biases (runs/wandb_log.py), all written by process 0 only; every
+start drops the lines logged after the restored step, all of them for a start without a
+checkpoint (they are computed again), so a kill at any point leaves no step logged twice. (The
+unit of a run's losses is `data.inputs.token_unit`.)"""
 
 from __future__ import annotations
 
@@ -18,19 +19,41 @@ from tensorboardX.summary import hparams as tensorboard_hparams
 from configs.errors import flatten
 from runs import plots
 from runs.files import atomic_write
-from runs import wandb_log
+from runs import run_guard, wandb_log
 
 METRICS_FILE = "metrics.jsonl"
 TRAINING_CURVES_FILE = "training_curves.png"
 
 
 def truncate_metrics(path: str, step: int) -> None:
-  """Drops metrics.jsonl lines logged after `step` (they are recomputed after a resume)."""
+  """Drops metrics.jsonl lines logged after `step` (they are recomputed by this start): the
+  restored checkpoint's step, 0 for a start without one. A line that is not a whole record (cut
+  by a kill mid-write) is dropped too. Rewrites the file (atomically) only when that changes it.
+
+  Raises:
+    OSError: the file cannot be read or rewritten (out of space included).
+  """
   if not os.path.exists(path):
     return
   with open(path) as f:
-    kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-  atomic_write(path, lambda tmp: open(tmp, "w").writelines(kept))
+    lines = f.readlines()
+  kept = [line.rstrip("\n") + "\n" for line in lines
+          if (s := _step_of(line)) is not None and s <= step]
+  if kept != lines:
+    def write(tmp):
+      with open(tmp, "w") as f:
+        f.writelines(kept)
+    atomic_write(path, write)
+
+
+def _step_of(line: str) -> int | None:
+  """The step of a metrics.jsonl line, or None for a line that is not a whole record."""
+  try:
+    record = json.loads(line)
+  except ValueError:
+    return None
+  step = record.get("step") if isinstance(record, dict) else None
+  return step if isinstance(step, int) else None
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -104,9 +127,10 @@ class MetricsWriter:
   `train.wandb_project`, the workdir's W&B run (process 0 only).
 
   A fresh run also writes the config to TensorBoard: as text (tag `config`, the JSON) and as
-  hyperparameters (the HPARAMS tab, with `HPARAM_METRICS`). A resumed run writes a purge marker
-  at `resumed_from + 1` (tensorboardX `purge_step`), so TensorBoard drops the scalars logged
-  after the restored checkpoint, as `metrics.jsonl` does.
+  hyperparameters (the HPARAMS tab, with `HPARAM_METRICS`). Every start writes a purge marker
+  (tensorboardX `purge_step`) at `resumed_from + 1`, or at 0 for a start without a checkpoint
+  (one killed before its first checkpoint may have logged), so TensorBoard drops what earlier
+  starts logged after the restored checkpoint, as `metrics.jsonl` does.
 
   With `train.wandb_project`, every start opens the workdir's W&B run (runs/wandb_log.py: one
   run id per workdir, resumed by later starts), logs the config to it, flattened as the
@@ -114,14 +138,16 @@ class MetricsWriter:
 
   Args:
     workdir: the run's folder (exists).
-    resumed_from: the step a resume restored, or None for a fresh run; lines logged after it
-      are dropped first.
+    resumed_from: the step a resume restored, or None for a start without a checkpoint; lines
+      logged after it (all of them when None) are dropped first.
     config: the run's ConfigDict (written to TensorBoard by a fresh run, to W&B by every start),
       or None.
 
   Raises:
     ConfigError: train.wandb_project is set and the wandb package is not installed (train.py's
       pre-flight says so before compilation: wandb_log.check_installed).
+    OutOfSpaceError (runs/run_guard.py, `log`): metrics.jsonl cannot grow (one line naming it
+      and the bytes of the record).
 
   `close` draws the training curves of the whole run (this start and the ones before it) into
   `<workdir>/training_curves.png` (runs.plots.plot_training_curves).
@@ -135,19 +161,18 @@ class MetricsWriter:
     name = os.path.basename(os.path.abspath(workdir))
     self._title = f"{config.model.position.kind}: {name}" if config is not None else name
     path = os.path.join(workdir, METRICS_FILE)
-    if resumed_from is not None:
-      truncate_metrics(path, resumed_from)
+    truncate_metrics(path, 0 if resumed_from is None else resumed_from)
     # tensorboardX names event files by the second they are opened in; a suffix in nanoseconds
     # keeps a resume started within the same second from overwriting the earlier start's file.
     self._writer = SummaryWriter(
         os.path.join(workdir, "tensorboard"),
-        purge_step=None if resumed_from is None else resumed_from + 1,
+        purge_step=0 if resumed_from is None else resumed_from + 1,
         filename_suffix=f".{time.time_ns()}")
     if config is not None and resumed_from is None:
       self._writer.add_text("config", "```\n" + config.to_json(indent=2) + "\n```", 0)
       for summary in tensorboard_hparams(hparams(config), {m: 0.0 for m in HPARAM_METRICS}):
         self._writer.file_writer.add_summary(summary)
-    self._file = open(path, "a")
+    self._file = open(path, "ab", buffering=0)  # unbuffered: a failed write leaves nothing behind
     self._wandb = (wandb_log.WandbRun(workdir, config, hparams(config))
                    if config is not None and wandb_log.enabled(config) else None)
 
@@ -156,8 +181,15 @@ class MetricsWriter:
     scalar, e.g. a non-finite loss)."""
     if not self.chief:
       return
-    self._file.write(json.dumps(record) + "\n")
-    self._file.flush()
+    line = (json.dumps(record) + "\n").encode()
+    try:
+      rest = memoryview(line)
+      while rest:  # a full device may take part of a write before refusing the rest
+        rest = rest[self._file.write(rest):]
+    except OSError as e:
+      if e.errno not in run_guard.NO_SPACE:
+        raise
+      raise run_guard.out_of_space(self._file.name, len(line)) from None
     for k, v in record.items():
       if k != "step" and v is not None:
         self._writer.add_scalar(k, v, record["step"])

@@ -75,7 +75,9 @@ def check_resume(workdir: str, config, limit: int = 8) -> list[str]:
   compute, not the checkpoint).
 
   Returns:
-    [] for a workdir without a config.json (a new run); else the fields whose value differs,
+    [] for a workdir without a config.json or without a committed checkpoint (a new run: a
+    start that failed or was killed before its first checkpoint binds nothing; train.py
+    rewrites its config.json and empties its metrics); else the fields whose value differs,
     as "path: old -> new" (at most `limit`, then "... and N more"), for train.py's warning.
     Fields added to configs/base.py since that run count as their defaults (`load_run_config`);
     PER_PROCESS_FIELDS (where one process stops) are not the run's and are left out.
@@ -86,7 +88,8 @@ def check_resume(workdir: str, config, limit: int = 8) -> list[str]:
       or `train.num_steps` is below the step of the last committed checkpoint (no step to
       train and none to reach).
   """
-  if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+  done = committed_steps(workdir) if os.path.exists(os.path.join(workdir, CONFIG_FILE)) else []
+  if not done:
     return []
   old = json.loads(load_run_config(workdir).to_json())
   new = json.loads(config.to_json())
@@ -97,8 +100,7 @@ def check_resume(workdir: str, config, limit: int = 8) -> list[str]:
     if was != now:
       raise ConfigError(f"--workdir={workdir} holds a run with {field}={was!r}, not {now!r}; "
                         "use a new --workdir (or the old value) to resume")
-  done = committed_steps(workdir)
-  if done and done[-1] > config.train.num_steps:
+  if done[-1] > config.train.num_steps:
     raise ConfigError(f"train.num_steps={config.train.num_steps} is below the step of the last "
                       f"checkpoint in --workdir={workdir} ({done[-1]}); raise it to resume, or "
                       "evaluate that run with `python -m eval.run`")

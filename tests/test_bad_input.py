@@ -14,8 +14,8 @@ from configs.stored import load_run_config
 from configs.validate import ConfigError
 from data import corpus_sources
 from eval import run as eval_run
-from runs import files
-from sweeps import study as study_lib
+from runs import files, run_lock
+from sweeps import run_plan, study as study_lib
 
 
 def snapshot(folder) -> dict:
@@ -120,6 +120,14 @@ def study_file(text: str):
   return prepare
 
 
+def study_plan(text: str):
+  """Planning a study file's runs as sweeps.launch does (every run checked as train.py would)."""
+  def prepare(ctx):
+    load = study_file(text)(ctx)
+    return lambda: [run_plan.validate_run(run, 1) for run in load()]
+  return prepare
+
+
 def hf_tokenizer(content: str | None = None):
   """A data.tokenizer value 'hf:<folder>': a folder whose tokenizer.json holds `content`, or (None)
   a small byte-level BPE trained on a few lines (tests/test_hf_tokenizer.py builds more)."""
@@ -191,6 +199,60 @@ def hf_export_of_trained(ctx):
   return lambda: hf_export.export(ctx["trained"], str(ctx["tmp"] / "exported"))
 
 
+def held_workdir(ctx):
+  """A run folder whose lock (runs/run_lock.py) a live process holds: this one, through another
+  open file (an flock conflicts across open files), held until the test process ends."""
+  folder = ctx["tmp"] / "busy"
+  folder.mkdir()
+  ctx["lock"] = run_lock.RunLock(str(folder)).acquire()
+  return str(folder)
+
+
+def damaged_copy(ctx) -> str:
+  """A copy of the trained run whose only checkpoint (step 2) has its largest array file cut to
+  100 bytes (runs/checkpoint.py calls it unreadable)."""
+  import shutil
+  run = shutil.copytree(ctx["trained"], str(ctx["tmp"] / "damaged"))
+  state = os.path.join(run, "checkpoints", "2", "state")
+  path = max((os.path.join(r, n) for r, _, names in os.walk(state) for n in names),
+             key=os.path.getsize)
+  with open(path, "r+b") as f:
+    f.truncate(100)
+  return run
+
+
+def eval_damaged(step=None):
+  """eval.run's evaluate on `damaged_copy`, of its latest step or of `step`."""
+  def prepare(ctx):
+    run = damaged_copy(ctx)
+    return lambda: eval_run.evaluate(run, step=step, length_multipliers=["1"])
+  return prepare
+
+
+def held_copy(ctx) -> str:
+  """A copy of the trained run whose lock a live process holds (as `held_workdir`)."""
+  import shutil
+  run = shutil.copytree(ctx["trained"], str(ctx["tmp"] / "held_parent"))
+  ctx["copy_lock"] = run_lock.RunLock(run).acquire()
+  return run
+
+
+def eval_held(ctx):
+  run = held_copy(ctx)
+  return lambda: eval_run.evaluate(run, length_multipliers=["1"])
+
+
+def report_to(out):
+  """sweeps.report's write_report of a small synthetic study folder to `out(ctx)`."""
+  def prepare(ctx):
+    from sweeps import report
+    from tests.fake_study import write_fake_study
+    study = write_fake_study(str(ctx["tmp"]), algorithmic=False)
+    path = out(ctx)
+    return lambda: report.write_report(study, path)
+  return prepare
+
+
 CASES = [
     ("hf folder without config.json",
      hf_warm_start(lambda folder, _: (folder / "config.json").unlink()),
@@ -243,7 +305,7 @@ CASES = [
      r"train.warmup_steps=50.*train.num_steps=10"),
     ("mesh larger than the devices", train_with(**{"mesh.data": 4}), r"mesh"),
     ("context axis of size 0", train_with(**{"mesh.context": 0}),
-     r"mesh.context must be a positive integer or -1 \(fill\); got 0"),
+     r"mesh.context must be -1 \(the devices left over\) or an integer >= 1; got 0"),
     ("context axis that does not fill the devices",
      train_with(**{"mesh.context": 3, "devices": 8}),
      r"mesh \(data, fsdp, context, tensor\) = \(1, 1, 3, 1\) needs 3 devices; this run has 8"),
@@ -254,12 +316,12 @@ CASES = [
     ("unknown remat mode", train_with(**{"model.remat": "layers"}),
      r"model.remat='layers' is not supported; choose one of \['none', 'block', 'full'\]"),
     ("memory headroom above 1", train_with(**{"train.memory_headroom": 1.5}),
-     r"train.memory_headroom must be a fraction in \(0, 1\]"),
+     r"train.memory_headroom must be a finite number in \(0, 1\]; got 1.5"),
     ("kernel tile not a power of two",
      train_with(**{"model.attention_impl": "pallas", "model.kernel_block_k": 12}),
      r"model.kernel_block_k must be 0 \(the backend's default\) or a power of two >= 8 .*got 12"),
     ("kernel tile below 8", train_with(**{"model.kernel_block_q_bwd": 4}),
-     r"model.kernel_block_q_bwd must be 0 .* or a power of two >= 8 .*got 4"),
+     r"model.kernel_block_q_bwd must be 0 .* or an integer >= 8 \(a power of two: .*got 4"),
     ("unknown tokenizer", train_with(**{"data.tokenizer": "wordpiece"}), r"data.tokenizer"),
     ("missing tokenizer.json", train_with(**{"data.tokenizer": "hf:/nonexistent/llama3"}),
      r"data.tokenizer='hf:/nonexistent/llama3': cannot read /nonexistent/llama3 \(No such file"),
@@ -333,11 +395,72 @@ CASES = [
      train_with(**{"model.position.attention_temperature": True,
                    "model.position.attention_temperature_layers": (5,)}),
      r"attention_temperature_layers=\(5,\) names layers beyond model.num_layers=2"),
+    # values not checked before (configs/field_ranges.py): every number from one table
+    ("Adam beta2 of NaN", train_with(**{"train.b2": float("nan")}),
+     r"train.b2 must be a finite number in \[0, 1\); got nan"),
+    ("initialisation scale of infinity", train_with(**{"model.init_std": float("inf")}),
+     r"model.init_std must be a finite number in \(0, 1\]; got inf"),
+    ("data seed the data library rejects", train_with(**{"data.shuffle_seed": 2**33}),
+     r"data.shuffle_seed must be an integer in \[0, 2147483647\] \(int32.*got 8589934592"),
+    ("evaluation threshold of NaN", eval_with(**{"eval.passkey.threshold": float("nan")}),
+     r"eval.passkey.threshold must be a finite number in \(0, 1\]; got nan"),
+    ("study point with an out-of-range value",
+     study_plan("from sweeps.study import Study\nSTUDY = Study(name='lr', config=CONFIG, "
+                "points=lambda: [{'train.learning_rate': 3e-4}, {'train.learning_rate': 7.0}])\n"),
+     r"run 'learning_rate=7': train.learning_rate must be a finite number in \(0, 1\]; got 7.0"),
+    # silent acceptance: fields the run would ignore
+    ("RoPE scaling on an ALiBi run",
+     train_with(**{"model.position.kind": "alibi", "model.position.rope_scaling": "pi",
+                   "model.position.rope_scaling_factor": 2.0}),
+     r"model.position.rope_scaling='pi' does not apply to model.position.kind='alibi'"),
+    ("T5 bucket count on a RoPE run",
+     train_with(**{"model.position.kind": "rope", "model.position.num_buckets": 64}),
+     r"model.position.num_buckets=64 does not apply to model.position.kind='rope' \(read by t5"),
     ("sweep file with a syntax error", study_file("STUDY = (\n"), r"bad_study.py"),
     ("sweep with a duplicate run name",
      study_file("from sweeps.study import Study\nSTUDY = Study(name='dup', config=CONFIG, "
                 "points=lambda: [{'data.text_glob': 'a/b'}, {'data.text_glob': 'a_b'}])\n"),
      r"the same name 'text_glob=a_b'; change a value or Study.aliases"),
+    ("too few training windows for one batch",
+     train_with(**{"data.train_len": 1536, "data.batch_size": 384,
+                   "eval.length_multipliers": (1.0,)}),
+     r"the training split gives \d+ windows of data.train_len=1536 on this process, fewer than "
+     r"one batch of 384"),
+    ("no validation document as long as train_len",
+     train_with(**{"data.train_len": 150_000, "data.batch_size": 2,
+                   "eval.length_multipliers": (1.0,), "eval.batch_tokens": 150_000}),
+     r"no validation document is longer than data.train_len=150000"),
+    ("workdir another live process writes", train_with(workdir=held_workdir),
+     r"--workdir=.*busy is in use by pid \d+ on .*: one process writes a run at a time"),
+    ("eval of a run whose only checkpoint is damaged", eval_damaged(),
+     r"no checkpoint in .*damaged/checkpoints can be restored, every one is unreadable \(files "
+     r"missing, truncated or corrupt\): step 2: "),
+    ("eval of an explicit damaged step", eval_damaged(step=2),
+     r"^--step=2: the checkpoint at step 2 in .*damaged/checkpoints is unreadable"),
+    ("warm start from an explicit damaged step",
+     train_with(**{"train.init_from": lambda ctx: damaged_copy(ctx) + "@2",
+                   "model.position.kind": "learned"}),
+     r"^train.init_from=.*damaged@2: the checkpoint at step 2 in .* is unreadable"),
+    ("warm start from a parent still training",
+     train_with(**{"train.init_from": held_copy, "model.position.kind": "learned"}),
+     r"held_parent is still being trained by pid \d+ .* give train.init_from=<copy>@2$"),
+    ("eval of a run another live process writes", eval_held,
+     r"^--workdir=.*held_parent is in use by pid \d+"),
+    ("eval length beyond every held-out document", eval_with(length_multipliers=["5000"]),
+     r"^eval.length_multipliers: length 160000 tokens \(5000 x data.train_len\) is longer than "
+     r"every held-out document"),
+    ("sweep whose points() raises",
+     study_file("from sweeps.study import Study\nSTUDY = Study(name='pts', config=CONFIG, "
+                "points=lambda: [{'seed': int('seven')}])\n"),
+     r"^study 'pts' \(.*bad_study.py, line 2\): points\(\) raised ValueError: invalid literal"),
+    ("sweep whose points() builds an empty axis",
+     study_file("from sweeps.study import Study, product\n\ndef points():\n"
+                "  return product(**{'data.train_len': []})\n\n"
+                "STUDY = Study(name='axis', config=CONFIG, points=points)\n"),
+     r"^study 'axis' \(.*bad_study.py, line 4\): points\(\) raised StudyError: product\(\): "
+     r"axis 'data.train_len' must be a non-empty list"),
+    ("report to a place under a file", report_to(lambda ctx: os.path.join(a_file(ctx), "r.html")),
+     r"^--out=.*a_file/r.html cannot be created: .*a_file is a file$"),
 ]
 
 

@@ -180,7 +180,8 @@ def test_kill_and_resume_is_exact(text_corpus, tmp_path, capsys):
   jax.tree.map(np.testing.assert_array_equal, pa, pb)
 
   # TensorBoard: the fresh run's config as text and hyperparameters (once); the resume's purge
-  # marker at step 6 drops the scalars the killed run logged after its checkpoint at step 5.
+  # marker at step 6 drops the scalars the killed run logged after its checkpoint at step 5 (the
+  # first start's, at 0, those of any start killed before its first checkpoint).
   events = tensorboard_events(tmp_path / "resumed")
   tags = [v.tag for e in events for v in e.summary.value]
   assert tags.count("config/text_summary") == 1 and "_hparams_/experiment" in tags
@@ -191,7 +192,7 @@ def test_kill_and_resume_is_exact(text_corpus, tmp_path, capsys):
                  if v.tag == "_hparams_/session_start_info")
   assert b"model.position.kind" in hparams and b"learned" in hparams
   purges = [e.step for e in events if e.HasField("session_log") and e.session_log.status == 1]
-  assert purges == [6]
+  assert purges == [0, 6]
   assert [e.step for e in events if any(v.tag == "loss" for v in e.summary.value)] == (
       list(range(1, 6)) + list(range(6, 11)))
 
@@ -299,6 +300,7 @@ def test_a_resume_with_another_schedule_names_the_changed_fields(tmp_path):
   trained = tiny_config("unused", "rope")
   trained.train.num_steps, trained.train.warmup_steps = 20, 5
   run_dir.write_run_config(str(tmp_path), trained)
+  os.makedirs(tmp_path / "checkpoints" / "3")  # a committed step: a run, not a failed start
   assert run_dir.check_resume(str(tmp_path), trained) == []
   resumed = tiny_config("unused", "rope")
   resumed.train.num_steps, resumed.train.warmup_steps = 900, 50
