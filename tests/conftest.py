@@ -15,6 +15,10 @@ FAST_COMPILE = "--xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            f" --xla_force_host_platform_device_count=8 {FAST_COMPILE}").strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The tests run on CPU devices (the 8 above) whatever the host has: with libtpu installed (the dev
+# extra, for tests/test_tpu_compile.py) JAX would otherwise probe for TPU chips at start-up, slower
+# and with warnings; the processes the tests start inherit it.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent compilation cache per test session, shared by the xdist workers: many tests
 # compile the same tiny-model programs (cache keys are the programs, so results are unchanged).
 # Removed when the session ends, unless the caller chose the folder.
@@ -138,3 +142,17 @@ def pytest_sessionfinish(session, exitstatus):
   """The controller (not an xdist worker) removes the session's compilation cache."""
   if not hasattr(session.config, "workerinput"):
     shutil.rmtree(SESSION_CACHE, ignore_errors=True)
+
+
+def damage_checkpoint(workdir: str, step: int) -> list[str]:
+  """Cuts every array data file of `<workdir>/checkpoints/<step>/state` (the files of its `d/`
+  folders: parameters and optimizer state, however Orbax grouped them) to 100 bytes, as a disk
+  or a copy cut short would; returns their paths."""
+  state = os.path.join(workdir, "checkpoints", str(step), "state")
+  data = [os.path.join(r, n) for r, _, names in os.walk(state) for n in names
+          if os.path.basename(r) == "d" and os.path.getsize(os.path.join(r, n)) > 100]
+  assert data, f"no array data file under {state}"
+  for path in data:
+    with open(path, "r+b") as f:
+      f.truncate(100)
+  return data

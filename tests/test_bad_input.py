@@ -9,7 +9,7 @@ import jax
 import pytest
 
 import train
-from conftest import no_compilation, tiny_config, write_config_file
+from conftest import damage_checkpoint, no_compilation, tiny_config, write_config_file
 from configs.stored import load_run_config
 from configs.validate import ConfigError
 from data import corpus_sources
@@ -209,15 +209,11 @@ def held_workdir(ctx):
 
 
 def damaged_copy(ctx) -> str:
-  """A copy of the trained run whose only checkpoint (step 2) has its largest array file cut to
-  100 bytes (runs/checkpoint.py calls it unreadable)."""
+  """A copy of the trained run whose only checkpoint (step 2) has its array data cut
+  (conftest.damage_checkpoint; runs/checkpoint.py calls it unreadable)."""
   import shutil
   run = shutil.copytree(ctx["trained"], str(ctx["tmp"] / "damaged"))
-  state = os.path.join(run, "checkpoints", "2", "state")
-  path = max((os.path.join(r, n) for r, _, names in os.walk(state) for n in names),
-             key=os.path.getsize)
-  with open(path, "r+b") as f:
-    f.truncate(100)
+  damage_checkpoint(run, 2)
   return run
 
 

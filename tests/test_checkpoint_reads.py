@@ -14,7 +14,7 @@ import sys
 import jax
 import pytest
 
-from conftest import FAST_COMPILE, no_compilation, train_rope_parent, tiny_config
+from conftest import FAST_COMPILE, damage_checkpoint, no_compilation, train_rope_parent, tiny_config
 from configs.stored import load_run_config
 from configs.validate import ConfigError
 from eval import run as eval_run
@@ -33,17 +33,6 @@ def parent(text_corpus, tmp_path_factory) -> str:
                            num_steps=4, checkpoint_every=2)
 
 
-def damage(workdir: str, step: int) -> str:
-  """Truncates the largest file of `<workdir>/checkpoints/<step>/state` (array data) to 100
-  bytes, as a disk or a copy cut short would; returns its path."""
-  files = [os.path.join(root, n) for root, _, names in
-           os.walk(os.path.join(workdir, "checkpoints", str(step), "state")) for n in names]
-  path = max(files, key=os.path.getsize)
-  with open(path, "r+b") as f:
-    f.truncate(100)
-  return path
-
-
 def copy_of(parent: str, tmp_path, name: str = "run") -> str:
   return shutil.copytree(parent, str(tmp_path / name))
 
@@ -51,7 +40,7 @@ def copy_of(parent: str, tmp_path, name: str = "run") -> str:
 def test_eval_falls_back_past_a_damaged_latest_step_and_keeps_other_results(parent, tmp_path,
                                                                             capsys):
   run = copy_of(parent, tmp_path)
-  damage(run, 4)
+  damage_checkpoint(run, 4)
   config = load_run_config(run)
   config.eval.length_multipliers = (1.0, 20000.0)  # 640000 tokens: no document reaches it
   result = eval_run.evaluate(run, config=config)["ppl_vs_length"]
@@ -79,7 +68,7 @@ def test_eval_falls_back_past_a_damaged_latest_step_and_keeps_other_results(pare
 def test_warm_start_falls_back_past_a_damaged_step_and_refuses_an_explicit_one(
     parent, text_corpus, tmp_path, capsys):
   run = copy_of(parent, tmp_path)
-  damage(run, 4)
+  damage_checkpoint(run, 4)
   mesh = sharding.make_mesh(tiny_config(text_corpus, "rope").mesh, jax.devices()[:1])
 
   def child(init_from):
@@ -102,7 +91,7 @@ def test_the_only_checkpoint_damaged_gives_one_line_and_no_event_loop_tracebacks
                                                                                  tmp_path):
   run = copy_of(parent, tmp_path)
   shutil.rmtree(f"{run}/checkpoints/2")
-  damage(run, 4)
+  damage_checkpoint(run, 4)
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
   proc = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={run}"], cwd=ROOT, env=env,
