@@ -29,7 +29,7 @@ from eval.suites import Context
 from models import sharding
 from models.spec import (ModelSpec, abstract_with_shardings, init_params, measure_peak_flops,
                          train_flops_per_token)
-from runs import distributed, memory, run_guard, wandb_log, warm_start, workdir as run_dir
+from runs import distributed, memory, run_guard, startup, wandb_log, warm_start, workdir as run_dir
 from runs.checkpoint import TrainCheckpoints
 from runs.distributed import Preemption, chief_print
 from runs.metrics import MetricsWriter, NonFiniteLossError, NonFiniteSteps, step_record
@@ -54,6 +54,7 @@ def main(argv):
           "(--config=..., --workdir=..., --config.<field>=...)", file=sys.stderr)
     sys.exit(2)
   distributed.quiet_library_logs()
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   try:
     config = config_from_flag(FLAGS.config)
     distributed.initialize_from_flags()  # before any device is used
@@ -71,11 +72,10 @@ def main(argv):
 
 def state_shardings(tx, spec: ModelSpec, mesh):
   """Shardings of the train state {params, opt_state, step} (optimizer moments like parameters),
-  and the abstract state (ShapeDtypeStructs carrying them) that checkpoints restore onto."""
+  and the abstract state (ShapeDtypeStructs carrying them) that checkpoints restore onto; nothing
+  runs eagerly (abstract TPU devices, bench/tpu_compile.py)."""
   abstract_opt = jax.eval_shape(tx.init, spec.abstract_params)
-  opt_shardings = optax.tree_map_params(
-      tx, lambda _, s: s, abstract_opt, spec.param_shardings,
-      transform_non_params=lambda _: sharding.replicated(mesh))
+  opt_shardings = sharding.opt_state_shardings(abstract_opt, spec.param_shardings, mesh)
   shardings = {"params": spec.param_shardings, "opt_state": opt_shardings,
                "step": sharding.replicated(mesh)}
   abstract = {"params": spec.abstract_params, "opt_state": abstract_opt,

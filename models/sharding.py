@@ -9,6 +9,8 @@ inside the model's forward pass (models/context_parallel.py).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 import jax
@@ -96,22 +98,73 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
+def opt_state_shardings(abstract_opt, param_shardings, mesh: Mesh):
+  """Shardings of an optimizer state: every subtree shaped like the parameters (Adam's moments,
+  ...) sharded as the parameters, everything else (step counts, schedule state) replicated.
+
+  What `optax.tree_map_params` gives, derived from the abstract state's structure alone:
+  optax's version calls the optimizer's `init` eagerly, which cannot run where the mesh's devices
+  are abstract (TPU topologies compiled on a CPU host, bench/tpu_compile.py).
+
+  Args:
+    abstract_opt: the optimizer state's ShapeDtypeStructs (`jax.eval_shape(tx.init, params)`).
+    param_shardings: the parameters' shardings (a pytree of the parameters' structure).
+    mesh: the mesh of the replicated leaves.
+  """
+  params_def = jax.tree.structure(param_shardings)
+  like_params = lambda x: jax.tree.structure(x) == params_def  # noqa: E731
+  return jax.tree.map(lambda sub: param_shardings if like_params(sub) else replicated(mesh),
+                      abstract_opt, is_leaf=like_params)
+
+
+# The platform of the devices the program being traced will run on, set for the trace by
+# `mesh_platform` (`trace_under_mesh` sets it from the mesh's devices) for the fused
+# attention kernels' default backend (models/kernels/flash.py `resolve_backend`).
+# Unset: `jax.default_backend()`. Scoped to one trace: a context variable, reset on exit.
+_TRACE_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "kernel_trace_platform", default=None)
+
+
+@contextlib.contextmanager
+def mesh_platform(platform: str | None):
+  """Within the block, the kernels' default backend follows `platform` ("tpu", "gpu", "cuda",
+  "rocm", "cpu"; None = `jax.default_backend()`), not the host's default backend.
+
+  A program traced for other devices than the host's default ones (a mesh of abstract TPU
+  devices from `jax.experimental.topologies` on a CPU host, bench/tpu_compile.py) must lower the
+  kernel for those devices: Mosaic for a TPU mesh, not the Pallas interpreter of the CPU.
+  """
+  token = _TRACE_PLATFORM.set(platform)
+  try:
+    yield
+  finally:
+    _TRACE_PLATFORM.reset(token)
+
+
+def trace_platform() -> str:
+  """The platform the traced program runs on: `mesh_platform`'s, else `jax.default_backend()`."""
+  return _TRACE_PLATFORM.get() or jax.default_backend()
+
+
 def trace_under_mesh(mesh: Mesh | None, fn):
   """`fn`, traced with `mesh`'s abstract mesh as the context (`jax.sharding.use_abstract_mesh`).
 
   Modules that must know the mesh but are built without one read it at trace time with
   `jax.sharding.get_abstract_mesh()`: the fused attention kernel runs in `jax.shard_map` over
   it (models/kernels/partition.py). Wrap the function given to `jax.jit`, so the wrapped
-  callable stays a jitted function (`.lower` works) and the mesh is set whoever calls it. With
-  `mesh` None, `fn` itself. The jit should place its inputs or outputs on `mesh`
+  callable stays a jitted function (`.lower` works) and the mesh is set whoever calls it. The
+  kernels' backend follows the platform of the mesh's devices (`mesh_platform`, read by
+  models/kernels/flash.py `resolve_backend`): Mosaic for a mesh of TPU devices even on a CPU host (bench/tpu_compile.py),
+  where `jax.default_backend()` is "cpu". With `mesh` None, `fn` itself. The jit should place its inputs or outputs on `mesh`
   (`in_shardings` / `out_shardings`), so that the program runs on the mesh's devices.
   """
   if mesh is None:
     return fn
+  platform = mesh.devices.flat[0].platform
 
   @functools.wraps(fn)
   def traced(*args, **kwargs):
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), mesh_platform(platform):
       return fn(*args, **kwargs)
 
   return traced

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from models.kernels import blocks, gpu, tpu
 from models.kernels.spec import KernelSpec
+from models.sharding import trace_platform
 
 BACKENDS = ("gpu", "tpu")
 DEFAULT_BLOCKS = {"gpu": gpu.DEFAULT_BLOCKS, "tpu": tpu.DEFAULT_BLOCKS}
@@ -60,15 +61,18 @@ class BlockSizes:
 
 def resolve_backend(backend: str | None = None,
                     interpret: bool | None = None) -> tuple[str, bool]:
-  """(backend, interpret) with defaults from `jax.default_backend()`.
+  """(backend, interpret) with defaults from the platform of the trace (`trace_platform`: the
+  mesh's devices under models/sharding.py `mesh_platform`, else `jax.default_backend()`).
 
   "tpu" kernels on TPU, "gpu" kernels otherwise; interpret unless the platform is the
-  kernel's own (so on CPU both kernels run in the Pallas interpreter).
+  kernel's own (so on CPU both kernels run in the Pallas interpreter; "cuda" and "rocm" devices
+  are the "gpu" kernel's own).
 
   Raises:
     ValueError: an unknown backend.
   """
-  platform = jax.default_backend()
+  platform = trace_platform()
+  platform = "gpu" if platform in ("cuda", "rocm") else platform
   if backend is None:
     backend = "tpu" if platform == "tpu" else "gpu"
   if backend not in BACKENDS:
@@ -116,7 +120,7 @@ def unsupported_reason(spec: KernelSpec, head_dim: int, backend: str | None = No
   Args:
     spec: the positional part (models/kernels/spec.py).
     head_dim: per-head width D.
-    backend, interpret: as in `resolve_backend` (None = from `jax.default_backend()`).
+    backend, interpret: as in `resolve_backend` (None = from the trace's platform).
     seq_len: sequence length in tokens; None skips the limits that depend on it (the TPU key
       tiles below).
     block_sizes: requested tiles in tokens (0 = the backend's default).
@@ -228,7 +232,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.A
     q_segment_ids, k_segment_ids: int32 [batch, seq] document ids; query i sees key j iff
       j <= i and the ids match.
     spec: the positional part (models/kernels/spec.py).
-    backend: "gpu" | "tpu" | None (from `jax.default_backend()`, see `resolve_backend`).
+    backend: "gpu" | "tpu" | None (from the trace's platform, see `resolve_backend`).
     interpret: run the Pallas interpreter; None = unless on the backend's own platform.
     block_sizes: tiles in tokens (powers of two >= 8, >= 16 for compiled Triton, key tiles a
       multiple of 128 for compiled Mosaic unless they cover the sequence; 0 = the backend's
