@@ -44,7 +44,7 @@ from absl import flags
 
 from our_step import SHAPES, Ours, check_devices, refuse  # first: puts the repo root on sys.path
 from models import positions
-from runs import command_line, distributed
+from runs import command_line, distributed, startup
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("shape", "default", list(SHAPES), "bench shape (bench/our_step.py)")
@@ -241,6 +241,7 @@ def main(argv):
   """Times, profiles and prints where the step's time goes; exit 2 with one line on a bad flag."""
   del argv
   distributed.quiet_library_logs()  # no INFO lines (libtpu) before a refusal
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   for name, least in (("steps", 1), ("warmup", 0), ("top", 1)):
     if getattr(FLAGS, name) < least:
       refuse(f"--{name} takes an integer >= {least}; got {getattr(FLAGS, name)}")

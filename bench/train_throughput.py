@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 from absl import flags  # noqa: E402
 
-from runs import optimizer  # noqa: E402
+from runs import optimizer, startup  # noqa: E402
 import train  # noqa: E402
 from configs import alibi_tiny, llama_tiny  # noqa: E402
 from data import pipeline  # noqa: E402
@@ -144,6 +144,7 @@ def main(argv):
   """Prints the throughput table (see the module docstring); exit 2 with one line on a bad flag."""
   del argv
   distributed.quiet_library_logs()
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   check_flags()
   peak = specs.measure_peak_flops()
   print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "

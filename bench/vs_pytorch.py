@@ -44,7 +44,7 @@ from absl import flags
 
 # our_step first: it puts the repo root on sys.path
 from our_step import NUM_LAYERS, SCHEMES, SHAPES, VOCAB, Ours, check_devices, refuse
-from runs import command_line, distributed
+from runs import command_line, distributed, startup
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("shapes", list(SHAPES), f"shapes to measure, from {list(SHAPES)}")
@@ -162,6 +162,7 @@ def main(argv):
   """Prints our rows and PyTorch's (see the module docstring); exit 2 with one line on a bad flag."""
   del argv
   distributed.quiet_library_logs()  # no INFO lines (libtpu) before a refusal
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   check_flags()
   try:
     import torch

@@ -50,7 +50,7 @@ from eval.suites import base as suites_base
 from eval.suites.base import EARLIER
 from eval.suites import perplexity as perplexity_suite
 from models import extensions, sharding
-from runs import distributed
+from runs import distributed, startup
 from runs.checkpoint import restore_params
 from runs.distributed import chief_print
 from runs.run_lock import RunLock, holder
@@ -285,6 +285,7 @@ def main(argv):
           file=sys.stderr)
     sys.exit(2)
   distributed.quiet_library_logs()
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   folder = os.path.join(FLAGS.workdir, "eval")
   before = _listing(folder)
   suites_base.KEPT.clear()

@@ -54,10 +54,14 @@ def distributed_launcher(environ=None) -> str | None:
     return "slurm"
   if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1 and "OMPI_MCA_orte_hnp_uri" in env:
     return "mpi"
-  tpu_chips = glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*")
-  if tpu_chips and importlib.util.find_spec("libtpu") is not None:
+  if tpu_chips_present() and importlib.util.find_spec("libtpu") is not None:
     return "tpu"
   return None
+
+
+def tpu_chips_present() -> bool:
+  """Whether this host has TPU chips (/dev/accel* on v2-v4, /dev/vfio/<n> on v5 and later)."""
+  return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
 def initialize_distributed(mode: str = "auto", coordinator_address: str = "",

@@ -108,8 +108,9 @@ def main(argv) -> None:
   (runs.command_line.run: stray arguments and flag errors too)."""
   from absl import flags
   del argv
-  from runs import command_line, distributed
+  from runs import command_line, distributed, startup
   distributed.quiet_library_logs()  # Orbax's INFO lines
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   f = flags.FLAGS
   command_line.check_writable(f.out, "--out")  # before the checkpoint is read
   result = export(f.workdir, f.out, f.step)

@@ -168,8 +168,9 @@ def main(argv) -> None:
   input (runs.command_line.run: stray arguments and flag errors too)."""
   from absl import flags
   del argv
-  from runs import command_line, distributed
+  from runs import command_line, distributed, startup
   distributed.quiet_library_logs()  # Orbax's INFO lines
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   value = flags.FLAGS.hf if is_hf(flags.FLAGS.hf) else HF_PREFIX + flags.FLAGS.hf
   command_line.check_writable(flags.FLAGS.workdir, "--workdir")  # before the weights are read
   out = convert(value, flags.FLAGS.workdir)

@@ -83,7 +83,7 @@ from runs.files import write_json
 from models import sharding
 from models.spec import model_spec
 from runs.checkpoint import restore_params
-from runs import command_line, distributed
+from runs import command_line, distributed, startup
 from configs.stored import load_run_config
 from runs.workdir import config_hash
 from sweeps.longrope_evolution import (GRID, SEEDS, UPPER, Settings, Space, _int, _rank,
@@ -365,6 +365,7 @@ def main(argv):
   (runs.command_line.run: stray arguments and flag errors too)."""
   del argv  # none (runs.command_line.run refuses them)
   distributed.quiet_library_logs()
+  startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
   if not FLAGS.workdir or FLAGS.target_len is None:
     raise ConfigError(f"--workdir (a trained RoPE run) and --target_len (tokens) are required: "
                       f"{USAGE}")
