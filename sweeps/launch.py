@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -75,12 +76,13 @@ from typing import Callable, Sequence
 
 from absl import flags, logging
 
-from runs import command_line
+from configs.errors import ConfigError
+from runs import command_line, startup
 from runs.checkpoint import committed_steps
 from sweeps import cost
 from sweeps import local_pack
 from sweeps import search as search_lib
-from sweeps import tpu_pack
+from sweeps import tpu_pack, tpu_preflight
 from sweeps import workdirs
 from sweeps.launch_exec import Outcome, summary_table
 from sweeps.launch_local import launch_local
@@ -177,6 +179,9 @@ def define_flags() -> None:
   flags.DEFINE_string("tpu_accelerator_type", "v4-8", "tpu: accelerator type, e.g. v4-32, v5p-64.")
   flags.DEFINE_string("tpu_runtime_version", "tpu-ubuntu2204-base", "tpu: TPU VM runtime version.")
   flags.DEFINE_bool("tpu_spot", False, "tpu: create a spot TPU VM.")
+  flags.DEFINE_bool("tpu_compile_check", True, "tpu: before any gcloud command, compile each "
+                    "distinct run shape for the slice on this machine (libtpu; "
+                    "sweeps/tpu_preflight.py) and refuse runs that do not fit a chip's HBM.")
   flags.DEFINE_integer("tpu_chips_per_run", 0, "tpu: 0 = each run on the whole slice (all "
                        "workers); N = pack runs: each a one-process job on N chips of one worker, "
                        "as many side by side as the slice holds (sweeps/tpu_pack.py).")
@@ -398,12 +403,40 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
     outcomes = launch_local(study, planned, python=FLAGS.python or sys.executable,
                             parallel=local_parallel(slots), dry_run=dry_run, slots=slots)
   elif backend == "tpu":
+    tpu_compile_check(todo, tpu, dry_run)  # before any gcloud command
     outcomes = launch_tpu(study, planned, tpu, parallel=FLAGS.parallel, dry_run=dry_run,
                           log_root=os.path.abspath(FLAGS.log_root))
   else:
     outcomes = launch_slurm(study, planned, slurm, dry_run=dry_run,
                             folder=workdirs.join(root, study.name))
   return planned, outcomes
+
+
+def tpu_compile_check(todo: Sequence[Planned], tpu: TpuOptions, dry_run: bool) -> None:
+  """--backend=tpu's pre-flight (sweeps/tpu_preflight.py): each distinct shape of the pending
+  runs compiled for the slice (or one --tpu_chips_per_run slot), the table printed; runs that do
+  not fit are refused (a dry run prints the table and a warning instead). Off with
+  --notpu_compile_check.
+
+  Raises:
+    ConfigError: libtpu missing here (one line: install it or pass --notpu_compile_check), an
+      accelerator type the check cannot describe, or runs that do not fit (not in a dry run).
+  """
+  if not todo or not FLAGS.tpu_compile_check:
+    return
+  topology = tpu_preflight.topology_name(tpu.accelerator_type, FLAGS.tpu_chips_per_run)
+  if importlib.util.find_spec("libtpu") is None:
+    raise LaunchError("--backend=tpu compiles each run shape for the slice first, which needs "
+                      "libtpu here: pip install -e '.[tpu]' -c constraints.txt, or pass "
+                      "--notpu_compile_check")
+  checks = tpu_preflight.check_shapes([p.run for p in todo], topology)  # this machine's python
+  print("\n".join(tpu_preflight.table(checks, topology)))
+  try:
+    tpu_preflight.refuse_unfit(checks, topology)
+  except ConfigError as e:
+    if not dry_run:
+      raise
+    print(f"# warning (dry run): {e}")
 
 
 def devices_per_run(backend: str, tpu: TpuOptions | None, slurm: SlurmOptions | None,
@@ -540,6 +573,7 @@ def main(argv):
   run's config; runs.command_line.run: stray arguments and flag errors too), 1 if a run failed."""
   if not FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # JAX's backend probing logs at INFO
+  startup.pin_platform()  # no libtpu start-up warnings on a host without TPU chips
   sys.exit(launch(argv[1]))
 
 
