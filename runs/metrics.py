@@ -13,8 +13,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-from tensorboardX import SummaryWriter
-from tensorboardX.summary import hparams as tensorboard_hparams
 
 from configs.errors import flatten
 from runs import plots
@@ -162,6 +160,10 @@ class MetricsWriter:
     self._title = f"{config.model.position.kind}: {name}" if config is not None else name
     path = os.path.join(workdir, METRICS_FILE)
     truncate_metrics(path, 0 if resumed_from is None else resumed_from)
+    # imported here: tensorboardX imports PyTorch when it is installed (1.6 s), which a command
+    # that refuses its input or only reads metrics should not pay
+    from tensorboardX import SummaryWriter  # noqa: PLC0415
+    from tensorboardX.summary import hparams as tensorboard_hparams  # noqa: PLC0415
     # tensorboardX names event files by the second they are opened in; a suffix in nanoseconds
     # keeps a resume started within the same second from overwriting the earlier start's file.
     self._writer = SummaryWriter(

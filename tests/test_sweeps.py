@@ -180,7 +180,8 @@ def dry_runs(tmp_path_factory):
       "local": ["--backend=local", f"--root={root}"],
       "tpu": ["--backend=tpu", "--root=/mnt/pe-bucket/sweeps", "--tpu_bucket=gs://pe-bucket",
               "--tpu_name=pe-v4", "--tpu_zone=us-central2-b", "--tpu_accelerator_type=v4-32",
-              "--tpu_repo=https://example.org/pe-sweeps.git", "--tpu_git_ref=0123abc"],
+              "--tpu_repo=https://example.org/pe-sweeps.git", "--tpu_git_ref=0123abc",
+              "--notpu_compile_check"],  # the compile check: tests/test_tpu_preflight.py
       "slurm": ["--backend=slurm", f"--root={root}", "--slurm_nodes=2",
                 "--slurm_setup=module load cuda/12.4"]}
   with concurrent.futures.ThreadPoolExecutor(3) as pool:
@@ -914,7 +915,8 @@ def test_packed_tpu_runs_get_disjoint_chips_of_one_worker_each():
     tpu_pack.topology("v9-8")
   args = ["--backend=tpu", "--root=/mnt/b/sweeps", "--tpu_name=pe-v4", "--tpu_zone=z",
           "--tpu_accelerator_type=v4-32", "--tpu_repo=https://example.org/pe.git",
-          "--tpu_git_ref=0123abc", "--tpu_chips_per_run=1", "--tokens_per_s=20000", "--dry-run"]
+          "--tpu_git_ref=0123abc", "--tpu_chips_per_run=1", "--tokens_per_s=20000", "--dry-run",
+          "--notpu_compile_check"]
   dry = launch_cli("sweeps/pe_extrapolation_cpu.py", *args)
   assert dry.returncode == 0, dry.stderr[-2000:]
   out = dry.stdout
