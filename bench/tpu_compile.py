@@ -17,11 +17,14 @@ prints per chip:
   memory      XLA's memory analysis (runs/memory.py `Footprint`): arguments, temporaries and the
               total against the chip's HBM, with the verdict train.py's pre-flight would give;
   collectives the compiled HLO's all-gathers, all-reduces, reduce-scatters, all-to-alls and
-              collective permutes: count and bytes moved per chip (result sizes);
+              collective permutes: instructions in the program and the bytes of their results
+              per chip, each counted once (those in the microbatch loop run once per
+              microbatch);
   kernels     the Mosaic kernels (`tpu_custom_call`) in the compiled step;
   compile     seconds, on this machine;
   FLOPs       the analytic training FLOPs per step (models/spec.py `train_flops_per_token`), and
-              XLA's own count (which leaves out custom calls: the Mosaic kernels);
+              XLA's own count (which leaves out custom calls, the Mosaic kernels, and counts a
+              loop's body once: scaled here by the microbatch loop's train.grad_accum_steps);
   estimate    a roofline step time, max(FLOPs / peak bf16, bytes accessed / HBM bandwidth), from
               the chip's published figures (CHIPS), and the MFU it implies. An ESTIMATE, never a
               measurement: communication and its overlap are not modelled, XLA's byte count
@@ -345,7 +348,12 @@ def report(config, topology: str, *, evaluate: bool = True) -> dict[str, Any]:
   compiled, seconds, error = _compiling(compile_train_step, config, mesh)
   train_report = program_report(compiled, seconds, chip, error)
   train_report["analytic_flops_per_chip"] = analytic
-  train_report["estimate"] = roofline(analytic, train_report["bytes_accessed"], chip)
+  # XLA's cost analysis counts a loop's body once: the step's microbatch loop runs
+  # train.grad_accum_steps times (the layers are not a loop)
+  loop = config.train.grad_accum_steps
+  train_report["xla_flops_per_step"] = train_report["xla_flops"] * loop
+  train_report["bytes_accessed_per_step"] = train_report["bytes_accessed"] * loop
+  train_report["estimate"] = roofline(analytic, train_report["bytes_accessed_per_step"], chip)
   out["train"] = train_report
   if evaluate:
     length = max(eval_lengths(config))
@@ -418,8 +426,10 @@ def lines(rep: dict[str, Any]) -> list[str]:
   est = t["estimate"]
   if t.get("error"):
     return out
-  out.append(f"train step FLOPs per chip: analytic {t['analytic_flops_per_chip']:.3e}, XLA "
-             f"{t['xla_flops']:.3e} (custom calls not counted); bytes accessed {t['bytes_accessed']:.3e}")
+  out.append(f"train step per chip: FLOPs analytic {t['analytic_flops_per_chip']:.3e}, XLA's "
+             f"cost analysis {t['xla_flops_per_step']:.3e} (its microbatch loop's body x "
+             f"grad_accum_steps; custom calls, the Mosaic kernels, not counted); HBM bytes "
+             f"accessed {t['bytes_accessed_per_step']:.3e} (XLA's, the same way)")
   out.append(f"ESTIMATE (roofline from published peaks; no communication, no overlap, not a "
              f"measurement): step {est['step_s'] * 1e3:.1f} ms (compute {est['compute_s'] * 1e3:.1f}"
              f" ms, HBM {est['memory_s'] * 1e3:.1f} ms), MFU {est['mfu']:.0%}")
