@@ -181,9 +181,10 @@ def _shape_bytes(text: str) -> list[int]:
 def collectives(hlo: str) -> dict[str, dict[str, int]]:
   """{kind: {"count", "bytes"}} of the collectives in a compiled (per-device) HLO module.
 
-  An asynchronous collective counts once (its `-start`; the `-done` is not counted); its bytes
-  are its largest array (the result; a start's tuple also holds the operand). Kinds absent from
-  the module are left out.
+  A synchronous collective's bytes are those of its result, every element of a tuple (XLA
+  combines, e.g., all gradients' all-reduces into one of a tuple). An asynchronous one counts
+  once, at its `-start` (the `-done` is not counted); a start whose result is the pair (operand,
+  result) counts the result, the larger. Kinds absent from the module are left out.
   """
   out: dict[str, dict[str, int]] = {}
   for line in hlo.splitlines():
@@ -191,9 +192,10 @@ def collectives(hlo: str) -> dict[str, dict[str, int]]:
     if not match:
       continue
     sizes = _shape_bytes(match.group(1))
+    is_start = match.group(3) is not None
     entry = out.setdefault(match.group(2), {"count": 0, "bytes": 0})
     entry["count"] += 1
-    entry["bytes"] += max(sizes, default=0)
+    entry["bytes"] += max(sizes, default=0) if is_start and len(sizes) == 2 else sum(sizes)
   return out
 
 

@@ -8,7 +8,7 @@ is one line naming the arguments and the usage instead of absl's whole help (exi
 ConfigError that reaches it is printed as one line, exit 2.
 
 `check_writable(path, flag)` checks a place the command will write (an output folder or file)
-before any work, creating nothing: a read-only folder, or a path that is (or lies under) a file,
+before any work, leaving nothing: a read-only folder, or a path that is (or lies under) a file,
 is refused in one line naming the flag. `numbers` reads a comma-separated list flag of numbers.
 
 This module sits just above `runs.files` in the layer order (docs/architecture.md): `data`
@@ -22,13 +22,15 @@ import ast
 import math
 import os
 import sys
+import tempfile
 from typing import Callable, NoReturn
 
 from configs.errors import ConfigError, parse_flags
 
 
 def check_writable(path: str, flag: str, *, folder: bool = True) -> None:
-  """Raises ConfigError unless `path` can be written here; creates nothing.
+  """Raises ConfigError unless `path` can be written here; creates nothing that stays (one
+  empty probe file, removed at once, `_writable`).
 
   Args:
     path: the folder (folder=True) or file (folder=False) the command will write; a file is
@@ -88,10 +90,17 @@ def numbers(values, flag: str, kind: type = int, least: float | None = None) -> 
 
 
 def _writable(folder: str) -> bool:
-  """Whether this process may create files in `folder` (access(2): a read-only mount is
-  refused even to root)."""
+  """Whether this process can create a file in `folder`: access(2) first (a read-only mount is
+  refused even to root), then a real probe, an empty temporary file made and removed at once
+  (root passes access(2) on /sys and /proc, where creating a file still fails)."""
   effective = os.access in os.supports_effective_ids
-  return os.access(folder, os.W_OK | os.X_OK, effective_ids=effective)
+  if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):
+    return False
+  try:
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_probe.", delete=True):
+      return True
+  except OSError:
+    return False
 
 
 def refuse(message: str) -> NoReturn:

@@ -93,13 +93,16 @@ def check_resume(workdir: str, config, limit: int = 8) -> list[str]:
     return []
   old = json.loads(load_run_config(workdir).to_json())
   new = json.loads(config.to_json())
-  pairs = [(f"model.{k}", old["model"].get(k), v) for k, v in new["model"].items()
-           if k != "remat"]  # remat changes memory and compute, not the checkpoint
+  was_model, now_model = flatten(old["model"], "model."), flatten(new["model"], "model.")
+  pairs = [(k, was_model.get(k), v) for k, v in now_model.items()
+           if k != "model.remat"]  # remat changes memory and compute, not the checkpoint
   pairs += [(f"data.{k}", old["data"].get(k), new["data"][k]) for k in ("train_len", "tokenizer")]
-  for field, was, now in pairs:
-    if was != now:
-      raise ConfigError(f"--workdir={workdir} holds a run with {field}={was!r}, not {now!r}; "
-                        "use a new --workdir (or the old value) to resume")
+  changed = [(field, was, now) for field, was, now in pairs if was != now]
+  if changed:  # each changed field by its full name (model.position.kind), not whole sections
+    listing = "; ".join(f"{field}={was!r}, not {now!r}" for field, was, now in changed[:4])
+    more = f"; and {len(changed) - 4} more" if len(changed) > 4 else ""
+    raise ConfigError(f"--workdir={workdir} holds a run with {listing}{more}; use a new "
+                      "--workdir (or the old values) to resume")
   if done[-1] > config.train.num_steps:
     raise ConfigError(f"train.num_steps={config.train.num_steps} is below the step of the last "
                       f"checkpoint in --workdir={workdir} ({done[-1]}); raise it to resume, or "

@@ -269,7 +269,10 @@ def test_check_writable_creates_nothing_and_names_the_flag(tmp_path):
       check_writable(str(tmp_path / path), "--out", folder=folder)
   with pytest.raises(ConfigError, match=r"^--root=gs://b/x: give a local folder path"):
     check_writable("gs://b/x", "--root")
-  assert sorted(os.listdir(tmp_path)) == ["f"]
+  assert sorted(os.listdir(tmp_path)) == ["f"]  # the probe file is gone too
+  if os.path.isdir("/proc/self"):  # access(2) lets root "write" /proc; creating a file fails
+    with pytest.raises(ConfigError, match=r"^--out=/proc/self/r.html cannot be created: /proc/self is not writable"):
+      check_writable("/proc/self/r.html", "--out", folder=False)
   assert numbers(["1", "2.5"], "--m", float, 0) == [1.0, 2.5]
   for bad in (["0"], [], ["1", "nan"]):
     with pytest.raises(ConfigError, match=r"^--n takes a comma-separated list of integers >= 1"):

@@ -281,6 +281,12 @@ def test_a_start_that_failed_before_its_first_checkpoint_binds_nothing(text_corp
   os.makedirs(os.path.join(workdir, "checkpoints", "1"))  # once a checkpoint is committed, it binds
   with pytest.raises(train.ConfigError, match="holds a run with data.train_len=512, not 32"):
     run_dir.check_resume(workdir, again)
+  again.data.train_len = 512  # a nested field: named by its full path, not the whole section
+  again.model.position.kind = "alibi"
+  with pytest.raises(train.ConfigError, match=r"holds a run with model.position.kind='rope', "
+                     r"not 'alibi'; use a new --workdir") as error:
+    run_dir.check_resume(workdir, again)
+  assert len(str(error.value)) < 300
 
 
 def mount_tmpfs(folder, options: str) -> None:

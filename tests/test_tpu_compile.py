@@ -108,11 +108,15 @@ def test_a_step_the_chip_cannot_hold_is_reported_not_raised():
 
 def test_hlo_collectives_are_counted_with_their_bytes():
   hlo = ("  %ag = bf16[16,1024]{1,0} all-gather(bf16[1,1024]{1,0} %p), dimensions={0}\n"
-         "  %ars = (f32[8]{0}, f32[8]{0}) all-reduce-start(f32[8]{0} %x), to_apply=%add\n"
-         "  %ard = f32[8]{0} all-reduce-done((f32[8]{0}, f32[8]{0}) %ars)\n"
+         "  %ags = (bf16[1,64]{1,0}, bf16[4,64]{1,0}) all-gather-start(bf16[1,64]{1,0} %q)\n"
+         "  %agd = bf16[4,64]{1,0} all-gather-done((bf16[1,64]{1,0}, bf16[4,64]{1,0}) %ags)\n"
+         "  %ar = (f32[8]{0}, f32[3,5]{1,0}, bf16[2]{0}) all-reduce(f32[8]{0} %x, f32[3,5]{1,0} "
+         "%y, bf16[2]{0} %z), to_apply=%add\n"
          '  %k = bf16[2]{0} custom-call(%a), custom_call_target="tpu_custom_call"\n')
-  assert tpu_compile.collectives(hlo) == {"all-gather": {"count": 1, "bytes": 16 * 1024 * 2},
-                                          "all-reduce": {"count": 1, "bytes": 32}}
+  # a synchronous tuple (combined all-reduce) counts every element; a start its result
+  assert tpu_compile.collectives(hlo) == {
+      "all-gather": {"count": 2, "bytes": 16 * 1024 * 2 + 4 * 64 * 2},
+      "all-reduce": {"count": 1, "bytes": 8 * 4 + 15 * 4 + 2 * 2}}
   assert tpu_compile.mosaic_kernels(hlo) == 1
 
 

@@ -111,8 +111,9 @@ def text_note(result: dict) -> str | None:
   by_length = ", ".join(f"{r['length']}: {r['tokens']}" for r in result["rows"]
                         if r.get("nll") is not None)
   return (f"note: the lengths do not score the same text (eval.max_tokens_per_length="
-          f"{result.get('max_tokens_per_length')}): {result.get('common_tokens')} targets are "
-          f"scored at every length; targets by length {by_length}; each length scores whole "
+          f"{result.get('max_tokens_per_length')}): the same {result.get('common_tokens')} "
+          f"targets are scored at every length, and some lengths score more (targets by length "
+          f"{by_length}); each length scores whole "
           "windows from each document's start, and a document shorter than a length gives it "
           "none")
 
