@@ -81,10 +81,12 @@ def test_the_350m_step_with_the_kernel_compiles_for_v5e_4x4_and_fits():
 
 
 def test_a_context_parallel_step_compiles_at_32k_tokens():
-  """The 350M widths at 32,768 tokens, each sequence split over 4 chips (mesh.context 4) of a
-  v5p-8: XLA's attention path (the kernel does not split the sequence), keys and values
-  all-gathered per layer. (On a v5e chip's 16 GiB it needs 22 GiB: refused, as a test below.)"""
+  """The 350M widths (one layer) at 32,768 tokens, each sequence split over 4 chips
+  (mesh.context 4) of a v5p-8: XLA's attention path (the kernel does not split the sequence),
+  keys and values all-gathered per layer. (Two layers on a v5e chip's 16 GiB need 22 GiB: the
+  compiler refuses them, reported as in the test below.)"""
   c = two_layer_350m()
+  c.model.num_layers = 1
   c.model.attention_impl, c.model.remat, c.model.attention_chunk = "xla", "full", 512
   c.data.train_len, c.data.batch_size, c.train.grad_accum_steps = 32768, 1, 1
   c.mesh.data, c.mesh.fsdp, c.mesh.context = 1, 1, 4
