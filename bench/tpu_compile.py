@@ -432,9 +432,10 @@ def lines(rep: dict[str, Any]) -> list[str]:
              f"cost analysis {t['xla_flops_per_step']:.3e} (its microbatch loop's body x "
              f"grad_accum_steps; custom calls, the Mosaic kernels, not counted); HBM bytes "
              f"accessed {t['bytes_accessed_per_step']:.3e} (XLA's, the same way)")
+  ms = {k: est[k] * 1e3 for k in ("step_s", "compute_s", "memory_s")}
   out.append(f"ESTIMATE (roofline from published peaks; no communication, no overlap, not a "
-             f"measurement): step {est['step_s'] * 1e3:.1f} ms (compute {est['compute_s'] * 1e3:.1f}"
-             f" ms, HBM {est['memory_s'] * 1e3:.1f} ms), MFU {est['mfu']:.0%}")
+             f"measurement): step {ms['step_s']:.1f} ms (compute {ms['compute_s']:.1f} ms, HBM "
+             f"{ms['memory_s']:.1f} ms), MFU {est['mfu']:.0%}")
   if "kernel" in rep:
     k = rep["kernel"]
     out.append("fused kernel alone (forward + backward, one sequence, one chip): "

@@ -154,9 +154,10 @@ def trace_under_mesh(mesh: Mesh | None, fn):
   it (models/kernels/partition.py). Wrap the function given to `jax.jit`, so the wrapped
   callable stays a jitted function (`.lower` works) and the mesh is set whoever calls it. The
   kernels' backend follows the platform of the mesh's devices (`mesh_platform`, read by
-  models/kernels/flash.py `resolve_backend`): Mosaic for a mesh of TPU devices even on a CPU host (bench/tpu_compile.py),
-  where `jax.default_backend()` is "cpu". With `mesh` None, `fn` itself. The jit should place its inputs or outputs on `mesh`
-  (`in_shardings` / `out_shardings`), so that the program runs on the mesh's devices.
+  models/kernels/flash.py `resolve_backend`): Mosaic for a mesh of TPU devices even on a CPU
+  host (bench/tpu_compile.py), where `jax.default_backend()` is "cpu". With `mesh` None, `fn`
+  itself. The jit should place its inputs or outputs on `mesh` (`in_shardings` /
+  `out_shardings`), so that the program runs on the mesh's devices.
   """
   if mesh is None:
     return fn

@@ -17,8 +17,8 @@
    Several processes may share the folder: with a size limit (`jax_compilation_cache_max_size`,
    CACHE_MAX_BYTES unless $JAX_COMPILATION_CACHE_MAX_SIZE is given; least recently used entries
    are evicted beyond it) JAX reads and writes every entry under a file lock (the `filelock`
-   package), so no process reads an entry another is writing (tests/test_startup.py runs two
-   at once). An entry JAX cannot read is recompiled, with a warning.
+   package), so no process reads an entry another is writing (tests/test_startup.py runs
+   three at once). An entry JAX cannot read is recompiled, with a warning.
 """
 
 from __future__ import annotations
