@@ -4,8 +4,8 @@
   JAX_PLATFORMS=cpu python -m bench.pod_readiness --render   # only re-render the table
 
 Each (config, topology) of MATRIX is compiled in its own child process (`python -m
-bench.tpu_compile ... --json=results/pod_readiness/<name>.json`); a JSON already there is kept,
-so an interrupted run resumes. The markdown table between the markers of docs/pod_readiness.md
+bench.tpu_compile ... --json=bench/tpu_compile_reports/<name>.json`); a JSON already there is
+kept, so an interrupted run resumes. The markdown table between the markers of docs/pod_readiness.md
 is then rendered from the committed JSONs alone (`render`), and tests/test_pod_readiness.py
 checks that the page's table is that rendering.
 """
@@ -25,7 +25,7 @@ from absl import flags  # noqa: E402
 from runs import command_line  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "results", "pod_readiness")
+OUT = os.path.join(ROOT, "bench", "tpu_compile_reports")
 PAGE = os.path.join(ROOT, "docs", "pod_readiness.md")
 BEGIN, END = "<!-- pod-readiness table: begin -->", "<!-- pod-readiness table: end -->"
 

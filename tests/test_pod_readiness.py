@@ -1,6 +1,6 @@
 """docs/pod_readiness.md's table is the rendering of the committed compile reports
-(results/pod_readiness/*.json, from bench/tpu_compile.py), and the rendering reads a report's
-fields as they are."""
+(bench/tpu_compile_reports/*.json, from bench/tpu_compile.py), and the rendering reads a
+report's fields as they are."""
 
 import json
 
@@ -12,7 +12,7 @@ def test_the_page_table_is_the_rendering_of_the_committed_reports():
     text = f.read()
   table = text.split(pod_readiness.BEGIN)[1].split(pod_readiness.END)[0].strip().splitlines()
   rows = pod_readiness.render()
-  assert len(rows) > 2, "no committed report in results/pod_readiness/"
+  assert len(rows) > 2, "no committed report in bench/tpu_compile_reports/"
   assert table == rows
 
 
