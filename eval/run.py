@@ -50,7 +50,7 @@ from eval.suites import base as suites_base
 from eval.suites.base import EARLIER
 from eval.suites import perplexity as perplexity_suite
 from models import extensions, sharding
-from runs import distributed, startup
+from runs import command_line, distributed, startup
 from runs.checkpoint import restore_params
 from runs.distributed import chief_print
 from runs.run_lock import RunLock, holder
@@ -262,14 +262,10 @@ def check_writable(folder: str) -> None:
     if parent == probe_dir:
       break
     probe_dir = parent
-  probe = os.path.join(probe_dir, f".eval_write_probe_{os.getpid()}")
-  try:
-    with open(probe, "w") as f:
-      f.write("probe")
-    os.remove(probe)
-  except OSError as e:
-    raise ConfigError(f"the results folder {folder} is not writable ({probe_dir}: {e.strerror}); "
-                      "make it writable, or evaluate a copy of the run") from e
+  if not command_line.writable(probe_dir):  # a probe file made and removed there
+    raise ConfigError(f"the results folder {folder} is not writable ({probe_dir}: read-only file "
+                      "system or no write permission); make it writable, or evaluate a copy of "
+                      "the run")
 
 
 def main(argv):

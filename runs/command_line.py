@@ -30,7 +30,7 @@ from configs.errors import ConfigError, parse_flags
 
 def check_writable(path: str, flag: str, *, folder: bool = True) -> None:
   """Raises ConfigError unless `path` can be written here; creates nothing that stays (one
-  empty probe file, removed at once, `_writable`).
+  empty probe file, removed at once, `writable`).
 
   Args:
     path: the folder (folder=True) or file (folder=False) the command will write; a file is
@@ -57,7 +57,7 @@ def check_writable(path: str, flag: str, *, folder: bool = True) -> None:
     if not folder and os.path.isdir(full):
       raise ConfigError(f"{flag}={path} is a folder; give a file path to write")
     where = full if folder else os.path.dirname(full)
-    if not _writable(where):
+    if not writable(where):
       raise ConfigError(f"{flag}={path}: {where} is not writable (read-only file system or no "
                         "write permission); give a place you can write")
     return
@@ -66,7 +66,7 @@ def check_writable(path: str, flag: str, *, folder: bool = True) -> None:
     parent = os.path.dirname(parent)
   if not os.path.isdir(parent):
     raise ConfigError(f"{flag}={path} cannot be created: {parent} is a file")
-  if not _writable(parent):
+  if not writable(parent):
     raise ConfigError(f"{flag}={path} cannot be created: {parent} is not writable (read-only "
                       "file system or no write permission)")
 
@@ -89,7 +89,7 @@ def numbers(values, flag: str, kind: type = int, least: float | None = None) -> 
   return out
 
 
-def _writable(folder: str) -> bool:
+def writable(folder: str) -> bool:
   """Whether this process can create a file in `folder`: access(2) first (a read-only mount is
   refused even to root), then a real probe, an empty temporary file made and removed at once
   (root passes access(2) on /sys and /proc, where creating a file still fails)."""

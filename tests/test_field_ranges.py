@@ -2,8 +2,6 @@
 out-of-range value of each are refused by `validate` in one line naming the field, before
 anything is compiled; fields the chosen scheme, sampler or task would ignore are refused."""
 
-import glob
-import importlib.util
 import math
 import os
 
@@ -13,24 +11,14 @@ from configs import base
 from configs.errors import ConfigError, flatten
 from configs.field_ranges import FIELD_RANGES, INT32_MAX, Range, check_ranges, is_numeric, range_of
 from configs.validate import validate
+from test_configs import CONFIG_FILES, load
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def config_files() -> list[str]:
-  """The experiment config files that build without an argument (configs/extend_* need one)."""
-  return [p for p in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
-          if os.path.basename(p) not in ("__init__.py", "errors.py", "validate.py",
-                                         "field_ranges.py", "extension_recipes.py", "stored.py",
-                                         "presets.py")
-          and not os.path.basename(p).startswith("extend_")]
-
-
-def load(path):
-  spec = importlib.util.spec_from_file_location("cfg", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  """The stand-alone experiment config files (test_configs.CONFIG_FILES) but stored.py, which
+  re-exports the schema's get_config, and presets.py."""
+  return [p for p in CONFIG_FILES if os.path.basename(p) not in ("stored.py", "presets.py")]
 
 
 def numeric_fields(config) -> dict:
