@@ -269,11 +269,11 @@ def roofline(flops: float, accessed: float, chip: Chip) -> dict[str, float]:
 # ---------------------------------------------------------------------------- what is compiled
 
 
-def compile_train_step(config, mesh) -> tuple[Any, float]:
+def compile_train_step(config, mesh, spec) -> tuple[Any, float]:
   """(train.py's compiled training step for `config` on `mesh`, compile seconds): the same
-  functions train.py calls (`state_shardings`, `compile_step_fn`)."""
+  functions train.py calls (`state_shardings`, `compile_step_fn`); `spec` is
+  models.spec.model_spec(config, mesh)."""
   import train  # noqa: PLC0415 -- the top layer; imported here, not by the library code above
-  spec = model_spec(config, mesh)
   tx = make_optimizer(config.train)
   shardings, abstract = train.state_shardings(tx, spec, mesh)
   t0 = time.perf_counter()
@@ -283,10 +283,10 @@ def compile_train_step(config, mesh) -> tuple[Any, float]:
   return compiled, time.perf_counter() - t0
 
 
-def compile_eval_step(config, mesh, length: int) -> tuple[Any, float]:
+def compile_eval_step(config, mesh, spec, length: int) -> tuple[Any, float]:
   """(the perplexity scoring program at `length` tokens, compile seconds), batched as
-  eval/perplexity.py batches it (eval.batch_tokens // length windows per batch)."""
-  spec = model_spec(config, mesh)
+  eval/perplexity.py batches it (eval.batch_tokens // length windows per batch); `spec` is
+  models.spec.model_spec(config, mesh)."""
   nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
   t0 = time.perf_counter()
   with jax.set_mesh(mesh):
@@ -347,7 +347,8 @@ def report(config, topology: str, *, evaluate: bool = True) -> dict[str, Any]:
       "jax": jax.__version__, "libtpu": _libtpu_version()}
   tokens = config.data.batch_size * config.data.train_len
   analytic = train_flops_per_token(config) * tokens / len(devices)
-  compiled, seconds, error = _compiling(compile_train_step, config, mesh)
+  spec = model_spec(config, mesh)  # traced once, for both programs
+  compiled, seconds, error = _compiling(compile_train_step, config, mesh, spec)
   train_report = program_report(compiled, seconds, chip, error)
   train_report["analytic_flops_per_chip"] = analytic
   # XLA's cost analysis counts a loop's body once: the step's microbatch loop runs
@@ -359,7 +360,7 @@ def report(config, topology: str, *, evaluate: bool = True) -> dict[str, Any]:
   out["train"] = train_report
   if evaluate:
     length = max(eval_lengths(config))
-    compiled, seconds, error = _compiling(compile_eval_step, config, mesh, length)
+    compiled, seconds, error = _compiling(compile_eval_step, config, mesh, spec, length)
     out["eval"] = program_report(compiled, seconds, chip, error) | {"length": length}
   if config.model.attention_impl == "pallas":
     out["kernel"] = _kernel_report(config, devices[0])
