@@ -293,7 +293,7 @@ def diagonal_rows(grid: dict, task: tasks.GridTask, *, skip_reason: str = "") ->
 def plot_grid(result: dict, path: str) -> None:
   """Exact-match heatmap over the grid of sizes (first operand's on y, second's on x), in percent,
   the training square outlined (McLeish et al., arXiv 2405.17399, Figure 1's layout), on the
-  colour-blind-safe `cividis` map (eval/plots.py ACCURACY_CMAP).
+  colour-blind-safe `cividis` map (eval/plots.py `accuracy_cmap`).
 
   Args:
     result: an algorithmic result dict with "grid" (`evaluate_grid`), "task", "scheme", "step".
@@ -305,7 +305,7 @@ def plot_grid(result: dict, path: str) -> None:
   sizes = grid["sizes"]
   acc = 100 * np.array([[np.nan if v is None else v for v in row] for row in grid["exact_match"]])
   fig, ax = subplots(figsize=(2.2 + 0.32 * len(sizes), 1.6 + 0.3 * len(sizes)), dpi=120)
-  image = ax.imshow(np.ma.masked_invalid(acc), cmap=plots.ACCURACY_CMAP, vmin=0.0, vmax=100.0,
+  image = ax.imshow(np.ma.masked_invalid(acc), cmap=plots.accuracy_cmap(), vmin=0.0, vmax=100.0,
                     origin="lower", extent=(0.5, len(sizes) + 0.5, 0.5, len(sizes) + 0.5))
   if len(sizes) <= 24:
     for a in sizes:

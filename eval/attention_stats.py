@@ -32,7 +32,6 @@ import numpy as np
 from flax import nnx
 
 import ml_collections
-import pandas as pd
 
 from configs.errors import ConfigError, eval_lengths
 from data.inputs import load_splits
@@ -285,4 +284,5 @@ def checkpoint_table(workdirs: Sequence[str], length_multipliers: Sequence[float
                       "multiplier": row["length"] / config.data.train_len,
                       **{k: row.get(k) for k in ("entropy", "sink_mass", "entropy_uniform",
                                                  "windows", "skipped")}})
+  import pandas as pd  # noqa: PLC0415  (a third of a second to import: on use only)
   return pd.DataFrame.from_records(records)

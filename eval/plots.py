@@ -3,22 +3,23 @@
 Figures are `matplotlib.figure.Figure` objects made without pyplot: no global figure state, no
 backend to choose (PNG through Agg), and a notebook shows a returned figure once. The figures of
 a study, drawn from its results table, are in sweeps/figures.py (which reuses `length_axis` and
-`RETRIEVAL_CMAP` from here); the basics every figure shares and the training curves are in
+`accuracy_cmap` from here); the basics every figure shares and the training curves are in
 runs/plots.py.
 """
 
 from __future__ import annotations
 
-import matplotlib
-from matplotlib import ticker
-
-from runs.plots import LEGEND_FONTSIZE, log_axis, save_png, subplots
+from runs.plots import LEGEND_FONTSIZE, log_axis, save_png, subplots, ticker
 
 
-# Accuracy heatmaps (retrieval grids, the addition grid): the colour-blind-safe cividis map,
-# dark blue (0) -> yellow (1); skipped cells grey. Cell labels are white below 0.6, black above.
-ACCURACY_CMAP = matplotlib.colormaps["cividis"].with_extremes(bad="#d9d9d9")
-RETRIEVAL_CMAP = ACCURACY_CMAP
+def accuracy_cmap():
+  """The colour map of accuracy heatmaps (retrieval grids, the addition grid): the
+  colour-blind-safe cividis map, dark blue (0) -> yellow (1), skipped cells grey; cell labels
+  are white below 0.6, black above. Made on use, so that importing this module (every entry
+  point does, through the suites) does not import matplotlib."""
+  import matplotlib  # noqa: PLC0415
+  return matplotlib.colormaps["cividis"].with_extremes(bad="#d9d9d9")
+
 
 
 def curve_label(result: dict) -> str:
@@ -110,7 +111,7 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
   """Retrieval accuracy heatmap: context length (x, tokens) x needle depth (y, 0% at the top).
 
   The layout of Kamradt's needle-in-a-haystack plots (depth rows, length columns); colour is the
-  cell's accuracy on a fixed 0..1 scale (cividis, ACCURACY_CMAP), written in each cell (for
+  cell's accuracy on a fixed 0..1 scale (cividis, `accuracy_cmap`), written in each cell (for
   variable_tracking the mean recall of the chain's names); skipped lengths
   are grey and marked "skip"; a dashed line follows the last column at or below train_len.
 
@@ -133,7 +134,7 @@ def plot_retrieval_heatmap(result: dict, path: str) -> None:
                  dtype=float).reshape(len(lengths), len(depths)).T  # [depth, length]
   fig, ax = subplots(figsize=(max(5.5, 1.6 + 0.8 * len(lengths)), 1.8 + 0.3 * len(depths)),
                          dpi=120)
-  cmap = RETRIEVAL_CMAP
+  cmap = accuracy_cmap()
   image = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
   for i in range(len(depths)):
     for j in range(len(lengths)):

@@ -8,10 +8,20 @@ figures (sweeps/figures.py) reuse `subplots`, `log_axis`, `save_png` and `LEGEND
 
 from __future__ import annotations
 
-from matplotlib import ticker
-from matplotlib.figure import Figure
+import importlib
 
 from runs.files import atomic_write
+
+
+class _Ticker:
+  """`matplotlib.ticker`, imported on first use: matplotlib takes a third of a second to import
+  and most processes that import this module (train.py, eval.run) draw only at their end."""
+
+  def __getattr__(self, name: str):
+    return getattr(importlib.import_module("matplotlib.ticker"), name)
+
+
+ticker = _Ticker()
 
 
 # Legend text size of every figure here and in sweeps/figures.py (points): readable in a report
@@ -25,6 +35,7 @@ def subplots(*args, figsize: tuple[float, float], dpi: int, layout: str | None =
 
   `layout="constrained"` lets matplotlib place titles, suptitles, colour bars and legends outside
   the axes without gaps or overlaps (no `tight_layout` needed)."""
+  from matplotlib.figure import Figure  # noqa: PLC0415  (see _Ticker)
   fig = Figure(figsize=figsize, dpi=dpi, layout=layout)
   return fig, fig.subplots(*args, **kwargs)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm
 
-from eval.plots import ACCURACY_CMAP, RETRIEVAL_CMAP
+from eval.plots import accuracy_cmap
 from runs.plots import subplots
 from sweeps.figure_style import RETRIEVAL_SUITES, _any_table, _check, _suite, _train_len, \
     curve_labels
@@ -58,7 +58,7 @@ def fig_retrieval_grid(frame, suite: str = "passkey", with_extensions: bool = Tr
   nrows = -(-len(grids) // cols)
   fig, axes = subplots(nrows, cols, figsize=(1.2 + 3.8 * cols, 0.8 + 2.6 * nrows), dpi=110,
                        squeeze=False, layout="constrained")
-  cmap = RETRIEVAL_CMAP
+  cmap = accuracy_cmap()
   train_len = _train_len(rows)
   image = None
   for ax, (label, (lengths, depths, acc)) in zip(axes.flat, grids.items()):
@@ -117,7 +117,7 @@ def fig_algorithmic_grid(frame):
     sub = cells[cells["panel"] == panel]
     table = sub.groupby(["a", "b"])["v"].mean().unstack("b")
     sizes = list(table.columns)
-    image = ax.imshow(np.ma.masked_invalid(table.to_numpy(dtype=float)), cmap=ACCURACY_CMAP,
+    image = ax.imshow(np.ma.masked_invalid(table.to_numpy(dtype=float)), cmap=accuracy_cmap(),
                       vmin=0, vmax=100, origin="lower", aspect="auto",
                       extent=(min(sizes) - 0.5, max(sizes) + 0.5, min(table.index) - 0.5,
                               max(table.index) + 0.5))

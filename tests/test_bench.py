@@ -4,10 +4,11 @@ trace read back into kinds of op and source lines."""
 
 import os
 import re
-import subprocess
 import sys
 
 import pytest
+
+import forked
 
 from conftest import FAST_COMPILE
 
@@ -16,8 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def vs_pytorch(*args):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
-  return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "vs_pytorch.py"), *args],
-                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+  return forked.run([os.path.join(ROOT, "bench", "vs_pytorch.py"), *args], cwd=ROOT, env=env,
+                    timeout=300)
 
 
 def test_vs_pytorch_refuses_bad_flags_and_prints_its_rows():
@@ -32,9 +33,9 @@ def test_vs_pytorch_refuses_bad_flags_and_prints_its_rows():
     assert (bad.returncode, bad.stderr.strip(), bad.stdout) == (2, f"error: {message}", ""), (
         bad.stderr[-2000:])
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
-  bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_throughput.py"),
-                        "--prefetch=4,abc"], capture_output=True, text=True, cwd=ROOT, env=env,
-                       timeout=300)  # refused before the machine's matmul rate is measured
+  # refused before the machine's matmul rate is measured
+  bad = forked.run([os.path.join(ROOT, "bench", "train_throughput.py"), "--prefetch=4,abc"],
+                   cwd=ROOT, env=env, timeout=300)
   assert (bad.returncode, bad.stderr.strip(), bad.stdout) == (
       2, "error: --prefetch takes integers >= 0 or 'grain'; got ['4', 'abc']", "")
   run = vs_pytorch("--shapes=default", "--schemes=alibi", "--steps=1", "--warmup=0", "--rounds=1")

@@ -9,10 +9,11 @@ import re
 import os
 import shutil
 import subprocess
-import sys
 
 import jax
 import pytest
+
+import forked
 
 from conftest import FAST_COMPILE, damage_checkpoint, no_compilation, train_rope_parent, tiny_config
 from configs.stored import load_run_config
@@ -94,8 +95,7 @@ def test_the_only_checkpoint_damaged_gives_one_line_and_no_event_loop_tracebacks
   damage_checkpoint(run, 4)
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
-  proc = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={run}"], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
+  proc = forked.run(["-m", "eval.run", f"--workdir={run}"], cwd=ROOT, env=env, timeout=120)
   errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
   assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
   assert "no checkpoint in" in errors[0] and "unreadable" in errors[0], errors[0]
@@ -167,7 +167,7 @@ def test_scored_text_says_when_the_lengths_score_other_text():
 ])
 def test_eval_cli_mistakes_give_one_line(parent, args, message):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
-  proc = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={parent}", *args],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  proc = forked.run(["-m", "eval.run", f"--workdir={parent}", *args], cwd=ROOT, env=env,
+                    timeout=120)
   assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
   assert re.match(message, proc.stderr.strip()), proc.stderr

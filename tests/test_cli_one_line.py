@@ -4,17 +4,14 @@ an unknown flag, a flag value of the wrong type or range, a missing required fla
 input, and a write place that is a file or read-only (runs/command_line.py).
 
 Each case is a process of its own running the entry point's `__main__` code with its argv, as
-`python -m <module>` or `python bench/<script>.py` would. Starting ~25 Pythons that each import
-JAX, pandas and the model code would take minutes on two cores, so one driver process (this
-file run as a script) imports what the entry points import, once, then forks one child per
-case, two at a time; each child runs the entry point with `runpy` and its stdout and stderr go
-to files. One case also runs as a plain `python -m` subprocess, to check that the forked runs
-behave as fresh ones do.
+`python -m <module>` or `python bench/<script>.py` would, forked from a warm server
+(tests/forked.py: starting ~25 Pythons that each import JAX, pandas and the model code would take
+minutes on two cores). One case also runs as a plain `python -m` subprocess, to check that the
+forked runs behave as fresh ones do.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -23,8 +20,9 @@ import time
 
 import pytest
 
+import forked
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH = os.path.join(ROOT, "bench")
 
 # (id, entry point: a module or bench/<file>.py, argv after it, a part of the expected line).
 # {file}: a plain file; {ro}: a read-only folder holding page.md; {study}: a study folder with
@@ -80,103 +78,6 @@ CASES = [
 ]
 
 
-# ---------------------------------------------------------------------------- the driver
-
-
-def _imports(path: str) -> list[str]:
-  """The modules a source file imports (any depth), `from a import b` as a and a.b."""
-  names = []
-  for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
-    if isinstance(node, ast.Import):
-      names += [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-      names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-  return names
-
-
-def _source(entry: str) -> str:
-  return (os.path.join(ROOT, entry) if entry.endswith(".py")
-          else os.path.join(ROOT, *entry.split(".")) + ".py")
-
-
-def _prewarm(entries: list[str]) -> None:
-  """Imports what the entry points import (not the entry points: their flags are defined when
-  they run), so that each forked case starts warm."""
-  import importlib  # noqa: PLC0415
-  sys.path[:0] = [ROOT, BENCH]
-  own = {e.removesuffix(".py").replace("/", ".") for e in entries} | {
-      os.path.basename(e).removesuffix(".py") for e in entries}
-  for entry in entries:
-    for name in _imports(_source(entry)):
-      if name.split(".")[0] == "__future__" or name in own:
-        continue
-      try:
-        importlib.import_module(name)
-      except ImportError:  # `from a import b` of a name that is not a module
-        pass
-
-
-def _child(entry: str, argv: list[str], out: str, err: str) -> None:
-  """In the forked child: stdout and stderr to files, the entry point's `__main__` with argv."""
-  import runpy  # noqa: PLC0415
-  import traceback  # noqa: PLC0415
-  code = 1
-  try:
-    for fd, path in ((1, out), (2, err)):
-      os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    os.chdir(ROOT)
-    if entry.endswith(".py"):
-      sys.argv = [os.path.join(ROOT, entry), *argv]
-      sys.path[0] = BENCH
-      runpy.run_path(sys.argv[0], run_name="__main__")
-    else:
-      sys.argv = [entry, *argv]
-      sys.modules.pop(entry, None)  # imported by another entry point's import: run it afresh
-      runpy.run_module(entry, run_name="__main__", alter_sys=True)
-    code = 0
-  except SystemExit as e:
-    if isinstance(e.code, str):
-      print(e.code, file=sys.stderr)
-    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-  except BaseException:  # noqa: BLE001 -- reported as the traceback a user would see
-    traceback.print_exc()
-  finally:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def drive(cases: list[dict], folder: str, parallel: int = 2, timeout: float = 120) -> list[dict]:
-  """Runs each case {entry, argv} in a forked child, `parallel` at a time; returns per case
-  {rc, stdout, stderr, seconds}."""
-  _prewarm(sorted({c["entry"] for c in cases}))
-  results: list[dict | None] = [None] * len(cases)
-  running: dict[int, tuple[int, float]] = {}
-  pending = list(range(len(cases)))
-  while pending or running:
-    while pending and len(running) < parallel:
-      i = pending.pop(0)
-      out, err = os.path.join(folder, f"{i}.out"), os.path.join(folder, f"{i}.err")
-      sys.stdout.flush()
-      sys.stderr.flush()
-      pid = os.fork()
-      if pid == 0:
-        _child(cases[i]["entry"], cases[i]["argv"], out, err)
-      running[pid] = (i, time.monotonic())
-    pid, status = os.waitpid(-1, os.WNOHANG)
-    if pid == 0:
-      for pid, (i, start) in list(running.items()):
-        if time.monotonic() - start > timeout:
-          os.kill(pid, 9)
-      time.sleep(0.02)
-      continue
-    i, start = running.pop(pid)
-    results[i] = {"rc": os.waitstatus_to_exitcode(status), "seconds": time.monotonic() - start,
-                  **{k: open(os.path.join(folder, f"{i}.{k[3:]}")).read()
-                     for k in ("stdout", "stderr")}}
-  return results
-
-
 # ---------------------------------------------------------------------------- the tests
 
 
@@ -200,8 +101,7 @@ def _read_only_folder(path: str) -> str | None:
 
 
 def test_every_mistake_is_one_line_and_exit_2_before_any_work(tmp_path):
-  """Every case of CASES, run once by the driver (one test: under pytest-xdist a module-scoped
-  driver would run once per worker)."""
+  """Every case of CASES (one test: the read-only mount is made once)."""
   from tests.fake_study import write_fake_study
   places = {"tmp": str(tmp_path), "file": str(tmp_path / "a_file"),
             "ro": str(tmp_path / "read_only"),
@@ -214,16 +114,17 @@ def test_every_mistake_is_one_line_and_exit_2_before_any_work(tmp_path):
                                     "points=points)\n")
   mode = _read_only_folder(places["ro"])
   cases = [c for c in CASES if mode is not None or "{ro}" not in json.dumps(c)]
-  spec = [{"entry": e, "argv": [a.format(**places) for a in argv]} for _, e, argv, _ in cases]
-  (tmp_path / "cases.json").write_text(json.dumps(spec))
-  (tmp_path / "driver").mkdir()
   before = sorted(os.listdir(tmp_path))
+  results = []
   try:
-    done = subprocess.run([sys.executable, __file__, str(tmp_path / "cases.json"),
-                           str(tmp_path / "driver")], cwd=ROOT,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    for _, entry, argv, _ in cases:
+      argv = [a.format(**places) for a in argv]
+      start = time.monotonic()
+      done = forked.run(["-m", entry, *argv] if not entry.endswith(".py") else
+                        [os.path.join(ROOT, entry), *argv], cwd=ROOT,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)
+      results.append({"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr,
+                      "seconds": time.monotonic() - start})
     assert sorted(os.listdir(tmp_path)) == before  # nothing written beside the inputs
     assert sorted(os.listdir(places["ro"])) == ["page.md"]
   finally:
@@ -232,14 +133,14 @@ def test_every_mistake_is_one_line_and_exit_2_before_any_work(tmp_path):
     elif mode == "":
       os.chmod(places["ro"], 0o755)
   wrong = []
-  for (case, _, _, expected), r in zip(cases, json.loads(done.stdout.strip().splitlines()[-1])):
+  for (case, _, _, expected), r in zip(cases, results):
     lines = r["stderr"].strip().splitlines()
     expected = expected.format(**places)
     if not (r["rc"] == 2 and len(lines) == 1 and lines[0].startswith("error: ") and
             expected in lines[0] and len(lines[0]) < 600 and r["stdout"] == ""):
       wrong.append(f"{case}: exit {r['rc']}, stdout {r['stdout'][-300:]!r}, stderr "
                    f"{r['stderr'][-1500:]!r}; expected one line with {expected!r}")
-    elif r["seconds"] > 20:  # the imports are the driver's: a slow case worked before refusing
+    elif r["seconds"] > 20:  # the imports are the server's: a slow case worked before refusing
       wrong.append(f"{case}: refused after {r['seconds']:.0f} s")
   assert not wrong, "\n".join(wrong)
   if mode is None:
@@ -277,8 +178,3 @@ def test_check_writable_creates_nothing_and_names_the_flag(tmp_path):
   for bad in (["0"], [], ["1", "nan"]):
     with pytest.raises(ConfigError, match=r"^--n takes a comma-separated list of integers >= 1"):
       numbers(bad, "--n", int, 1)
-
-
-if __name__ == "__main__":  # the driver: python tests/test_cli_one_line.py <cases.json> <folder>
-  with open(sys.argv[1]) as f:
-    print(json.dumps(drive(json.load(f), sys.argv[2])))

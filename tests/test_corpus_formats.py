@@ -8,12 +8,12 @@ written.
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+import forked
 import zstandard
 
 from configs import base
@@ -190,9 +190,8 @@ def test_formats_by_extension():
 # ------------------------------------------------------------------ refusals: one line, exit 2
 
 def run_prepare(source, out, *flags):
-  return subprocess.run([sys.executable, "-m", "data.prepare", f"--source={source}",
-                         "--tokenizer=byte", f"--out={out}", *flags],
-                        cwd=ROOT, capture_output=True, text=True, timeout=120)
+  return forked.run(["-m", "data.prepare", f"--source={source}", "--tokenizer=byte", f"--out={out}",
+                    *flags], cwd=ROOT, timeout=120)
 
 
 def one_error_line(proc) -> str:

@@ -18,6 +18,8 @@ import jax
 import numpy as np
 import pytest
 
+import forked
+
 import train
 from configs import field_ranges
 from conftest import FAST_COMPILE, no_compilation, tiny_config, write_config_file
@@ -52,10 +54,11 @@ def fault_config(text_corpus, devices: int = 1):
   return c
 
 
-def start(config_path: str, workdir: str, env: dict) -> subprocess.Popen:
-  return subprocess.Popen([sys.executable, "train.py", f"--config={config_path}",
-                           f"--workdir={workdir}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+def start(config_path: str, workdir: str, env: dict) -> forked.Process:
+  """`python train.py --config=... --workdir=...` as a process of its own (forked from a warm
+  server, tests/forked.py: the kills below hit a real process, without paying its imports)."""
+  return forked.Process(["train.py", f"--config={config_path}", f"--workdir={workdir}"],
+                        cwd=ROOT, env=env)
 
 
 def finish(config_path: str, workdir: str, env: dict) -> subprocess.CompletedProcess:
@@ -73,12 +76,12 @@ def logged_steps(workdir: str) -> int:
     return 0
 
 
-def wait_for_steps(proc: subprocess.Popen, workdir: str, steps: int, timeout: float = 300) -> None:
+def wait_for_steps(proc: forked.Process, workdir: str, steps: int, timeout: float = 300) -> None:
   """Polls until metrics.jsonl logs `steps` training steps (or the process ends)."""
   deadline = time.monotonic() + timeout
   while logged_steps(workdir) < steps and proc.poll() is None:
     assert time.monotonic() < deadline, "training did not start"
-    time.sleep(0.002)
+    time.sleep(0.01)
 
 
 def losses(workdir: str) -> dict[int, float]:
@@ -138,15 +141,16 @@ def writing_checkpoint(workdir: str, first: int = 0) -> bool:
   return any(step.isdigit() and int(step) >= first for step in steps)
 
 
-def poll(proc: subprocess.Popen, ready, timeout: float = 300) -> None:
-  """Polls `ready()` until it holds or the process ends."""
+def poll(proc: forked.Process, ready, timeout: float = 300, every: float = 0.01) -> None:
+  """Polls `ready()` every `every` seconds until it holds or the process ends (a tight loop
+  would take CPU time from the process it watches)."""
   deadline = time.monotonic() + timeout
   while not ready() and proc.poll() is None:
     assert time.monotonic() < deadline, "timed out"
-    time.sleep(0.001)
+    time.sleep(every)
 
 
-def kill_during(proc: subprocess.Popen, workdir: str, mode: str, rng) -> bool:
+def kill_during(proc: forked.Process, workdir: str, mode: str, rng) -> bool:
   """SIGKILLs `proc` once it holds the run's lock and has logged steps of its own: "first" as
   soon as it logs one (before or while that step's checkpoint is written), "write" inside the
   checkpoint write after 1-3 steps, "random" after 1-3 steps plus up to 0.2 s. Returns whether
@@ -157,7 +161,7 @@ def kill_during(proc: subprocess.Popen, workdir: str, mode: str, rng) -> bool:
   target = min(STEPS, done + (1 if mode == "first" else int(rng.integers(1, 4))))
   poll(proc, lambda: logged_steps(workdir) >= target)  # past the lines a killed start left
   if mode == "write":
-    poll(proc, lambda: writing_checkpoint(workdir, target))
+    poll(proc, lambda: writing_checkpoint(workdir, target), every=0.001)  # a write is short
   elif mode == "random":
     time.sleep(float(rng.uniform(0, 0.2)))
   proc.send_signal(signal.SIGKILL)
@@ -221,9 +225,8 @@ def test_a_second_process_on_a_workdir_is_refused_naming_the_first(reference, tm
   first.send_signal(signal.SIGSTOP)
   try:
     before = {n: os.stat(os.path.join(workdir, n)).st_mtime_ns for n in os.listdir(workdir)}
-    second = subprocess.run([sys.executable, "train.py", f"--config={path}",
-                             f"--workdir={workdir}"], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=300)
+    second = forked.run(["train.py", f"--config={path}", f"--workdir={workdir}"], cwd=ROOT, env=env,
+                        timeout=300)
     assert {n: os.stat(os.path.join(workdir, n)).st_mtime_ns
             for n in os.listdir(workdir)} == before
   finally:
@@ -309,8 +312,8 @@ def test_full_disk_ends_the_run_in_one_line(reference, tmp_path):
   mount_tmpfs(disk, "size=1600k")
   try:
     workdir = str(disk / "run")
-    proc = subprocess.run([sys.executable, "train.py", f"--config={path}", f"--workdir={workdir}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = forked.run(["train.py", f"--config={path}", f"--workdir={workdir}"], cwd=ROOT, env=env,
+                      timeout=300)
     lines = [l for l in proc.stderr.replace("\r", "\n").splitlines()
              if l.strip() and not l.startswith("train:")]
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -482,15 +485,15 @@ def test_killed_evaluation_leaves_no_half_written_json(reference, tmp_path):
   _, reference_dir, env = reference[1]
   ref_dir = shutil.copytree(reference_dir, str(tmp_path / "run"))  # the shared one stays as is
   rng = np.random.default_rng(0)
-  cmd = [sys.executable, "-m", "eval.run", f"--workdir={ref_dir}",
+  cmd = ["-m", "eval.run", f"--workdir={ref_dir}",
          "--config.eval.length_multipliers=(0.5, 1.0, 2.0)",
          "--config.eval.suites=ppl_vs_length,attention"]
   started = time.monotonic()
-  subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=600, check=True)
+  done = forked.run(cmd, cwd=ROOT, env=env, timeout=600)
+  assert done.returncode == 0, done.stderr[-2000:]
   duration = time.monotonic() - started
   for _ in range(2):
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = forked.Process(cmd, cwd=ROOT, env=env)
     time.sleep(float(rng.uniform(0.5, 1.0)) * duration)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)

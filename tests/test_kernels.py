@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import forked
+
 import train
 from conftest import FAST_COMPILE, tiny_config
 from configs.validate import ConfigError, validate
@@ -376,8 +378,8 @@ def _bench(*args):
   import sys
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
-  return subprocess.run([sys.executable, os.path.join(root, "bench", "attention.py"), *args],
-                        capture_output=True, text=True, cwd=root, env=env, timeout=300)
+  return forked.run([os.path.join(root, "bench", "attention.py"), *args], cwd=root, env=env,
+                    timeout=300)
 
 
 BENCH_BAD_FLAGS = [
@@ -409,8 +411,7 @@ def test_bench_refuses_bad_flags_in_one_line():
       "    print(str(e).splitlines()[0])\n")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)
-  checked = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           cwd=root, env=env, timeout=300)
+  checked = forked.run(["-c", script], cwd=root, env=env, timeout=300)
   assert checked.returncode == 0, checked.stderr[-2000:]
   lines = checked.stdout.strip().splitlines()
   assert len(lines) == len(BENCH_BAD_FLAGS)

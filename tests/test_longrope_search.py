@@ -9,12 +9,12 @@ import json
 import math
 import os
 import shlex
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
+
+import forked
 
 from conftest import no_compilation, tiny_config, train_rope_parent
 from configs.errors import ConfigError
@@ -297,22 +297,20 @@ def test_command_line(parent, full, tmp_path):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
                               if "device_count" not in f)  # one device
-  bad = subprocess.run([sys.executable, "-m", "sweeps.longrope_search", f"--workdir={parent}",
-                        "--target_len=16"], cwd=ROOT, env=env, capture_output=True, text=True)
+  bad = forked.run(["-m", "sweeps.longrope_search", f"--workdir={parent}", "--target_len=16"],
+                   cwd=ROOT, env=env)
   assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
   assert "--target_len must be an integer > the run's data.train_len=32" in bad.stderr
-  ok = subprocess.run([sys.executable, "-m", "sweeps.longrope_search", f"--workdir={parent}",
-                       f"--target_len={TARGET}", "--population=5", "--generations=3",
-                       "--parents=2", "--keep_first_candidates=0,2,4", "--eval_tokens=512"],
-                      cwd=ROOT, env=env, capture_output=True, text=True)
+  ok = forked.run(["-m", "sweeps.longrope_search", f"--workdir={parent}", f"--target_len={TARGET}",
+                  "--population=5", "--generations=3", "--parents=2",
+                  "--keep_first_candidates=0,2,4", "--eval_tokens=512"], cwd=ROOT, env=env)
   assert ok.returncode == 0, ok.stderr[-2000:]
   assert f"best : ppl at {TARGET} tokens {full['val_ppl']:.4f}" in ok.stdout
   assert full["commands"]["finetune"] in ok.stdout
   command = full["commands"]["evaluate"]
   assert command in ok.stdout
   args = shlex.split(command)[3:]
-  ev = subprocess.run([sys.executable, "-m", "eval.run", *args], cwd=ROOT, env=env,
-                      capture_output=True, text=True)
+  ev = forked.run(["-m", "eval.run", *args], cwd=ROOT, env=env)
   assert ev.returncode == 0, ev.stderr[-2000:]
   line = next(x for x in ev.stdout.splitlines() if f"length {TARGET:>6}: ppl" in x)
   assert float(line.split("ppl ")[1].split(",")[0]) == pytest.approx(full["val_ppl"], abs=1e-4)

@@ -9,11 +9,10 @@ report; Orbax writes the checkpoint from both.
 import json
 import os
 import socket
-import subprocess
-import sys
 
 from conftest import tiny_config, write_config_file
 from test_faults import ROOT, env_for
+import forked
 
 
 def free_port() -> int:
@@ -25,11 +24,10 @@ def free_port() -> int:
 def run_two_processes(args: list[str], env: dict, timeout: float = 600) -> list[tuple[int, str]]:
   """Runs `python <args>` as processes 0 and 1 of a 2-process cluster; [(returncode, output)]."""
   coordinator = f"--coordinator_address=localhost:{free_port()}"
-  procs = [subprocess.Popen([sys.executable, *args, coordinator, "--num_processes=2",
-                             f"--process_id={i}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  procs = [forked.Process([*args, coordinator, "--num_processes=2", f"--process_id={i}"],
+                          cwd=ROOT, env=env) for i in range(2)]
   try:
-    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    outputs = ["".join(p.communicate(timeout=timeout)) for p in procs]  # stdout, then stderr
     return [(p.returncode, out) for p, out in zip(procs, outputs)]
   finally:
     for p in procs:
@@ -73,11 +71,9 @@ def test_two_processes_train_and_evaluate(text_corpus, tmp_path):
   assert [r["length"] for r in sliding] == [32, 64]
 
   # The same evaluation by one process with all 4 devices gives the same numbers.
-  one = subprocess.run([sys.executable, "-m", "eval.run", f"--workdir={workdir}",
-                        "--config.eval.protocol=sliding", "--config.eval.stride=0",
-                        "--config.eval.suites=ppl_vs_length"], cwd=ROOT, env=env_for(4, env[
-                            "JAX_COMPILATION_CACHE_DIR"]), capture_output=True, text=True,
-                       timeout=600)
+  one = forked.run(["-m", "eval.run", f"--workdir={workdir}", "--config.eval.protocol=sliding",
+                   "--config.eval.stride=0", "--config.eval.suites=ppl_vs_length"], cwd=ROOT,
+                   env=env_for(4, env["JAX_COMPILATION_CACHE_DIR"]), timeout=600)
   assert one.returncode == 0, one.stderr[-3000:]
   with open(os.path.join(workdir, "eval", "ppl_vs_length_sliding.json")) as f:
     single = json.load(f)["rows"]

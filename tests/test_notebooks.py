@@ -6,8 +6,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import warnings
 
 import jax
@@ -15,6 +13,8 @@ import numpy as np
 import nbformat
 import pandas as pd
 import pytest
+
+import forked
 from nbclient import NotebookClient
 
 import train
@@ -80,8 +80,7 @@ def test_figures_follow_the_table(study):
 
 def test_report_embeds_every_figure(study, tmp_path):
   out = str(tmp_path / "report.html")
-  result = subprocess.run([sys.executable, "-m", "sweeps.report", study, f"--out={out}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+  result = forked.run(["-m", "sweeps.report", study, f"--out={out}"], cwd=REPO, timeout=600)
   assert result.returncode == 0, result.stderr
   with open(out) as f:
     page = f.read()
@@ -103,12 +102,10 @@ def test_report_embeds_every_figure(study, tmp_path):
                          ignore=shutil.ignore_patterns("results.*", "summary.csv"))
   path, ids = report.write_report(bare)
   assert path == os.path.join(bare, "report.html") and ids == want
-  bad = subprocess.run([sys.executable, "-m", "sweeps.report", str(tmp_path / "nothing.txt")],
-                       cwd=REPO, capture_output=True, text=True, timeout=600)
+  bad = forked.run(["-m", "sweeps.report", str(tmp_path / "nothing.txt")], cwd=REPO, timeout=600)
   assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ")
   assert len(bad.stderr.strip().splitlines()) == 1 and "does not exist" in bad.stderr
-  bare_call = subprocess.run([sys.executable, "-m", "sweeps.report"], cwd=REPO, capture_output=True,
-                             text=True, timeout=600)
+  bare_call = forked.run(["-m", "sweeps.report"], cwd=REPO, timeout=600)
   assert bare_call.returncode == 2 and len(bare_call.stderr.strip().splitlines()) == 1
 
 
@@ -150,8 +147,7 @@ def test_bad_arguments_and_tables_are_one_clear_line(study, tmp_path):
   for path, message in [(summary_csv, "not its summary.csv"),
                         (str(tmp_path / "empty.csv"), "not a readable results table"),
                         (str(tmp_path / "notes.txt"), "not a results .parquet / .csv file")]:
-    bad = subprocess.run([sys.executable, "-m", "sweeps.report", path], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    bad = forked.run(["-m", "sweeps.report", path], cwd=REPO, timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert message in bad.stderr
   with pytest.raises(report.ConfigError, match="must be an .html file path"):
@@ -227,17 +223,15 @@ def test_every_registered_scheme_has_its_own_style():
 
 def test_collect_writes_its_tables_where_out_says(study, tmp_path):
   out = tmp_path / "tables"
-  done = subprocess.run([sys.executable, "-m", "sweeps.collect", study, f"--out={out}"],
-                        cwd=REPO, capture_output=True, text=True, timeout=300)
+  done = forked.run(["-m", "sweeps.collect", study, f"--out={out}"], cwd=REPO, timeout=300)
   assert done.returncode == 0, done.stderr
   assert sorted(os.listdir(out)) == ["results.csv", "results.parquet", "summary.csv"]
   assert pd.read_parquet(out / "results.parquet").equals(
       pd.read_parquet(os.path.join(study, "results.parquet")))
   assert f"-> {out}/results.parquet" in done.stdout
   (tmp_path / "a_file").write_text("")
-  bad = subprocess.run([sys.executable, "-m", "sweeps.collect", study,
-                        f"--out={tmp_path / 'a_file'}"], cwd=REPO, capture_output=True, text=True,
-                       timeout=300)
+  bad = forked.run(["-m", "sweeps.collect", study, f"--out={tmp_path / 'a_file'}"], cwd=REPO,
+                   timeout=300)
   assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
       f"error: --out={tmp_path / 'a_file'} is a file; give a folder for results.parquet, "
       "results.csv and summary.csv"]
@@ -265,8 +259,7 @@ def test_the_report_of_a_folder_collects_again_when_runs_changed(study, tmp_path
       "kind=alibi,seed=0", "kind=rope,seed=1"]  # by modification times
   with open(os.path.join(copy, "kind=alibi,seed=1", "eval", "ppl_vs_length.json"), "w") as f:
     f.write("{half")  # a half-written file: left out with a warning
-  result = subprocess.run([sys.executable, "-m", "sweeps.report", copy], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+  result = forked.run(["-m", "sweeps.report", copy], cwd=REPO, timeout=600)
   assert result.returncode == 0, result.stderr
   assert "collecting" in result.stderr and "again" in result.stderr
   assert "warning: left out 1 file(s) of run kind=alibi,seed=1" in result.stderr
@@ -384,8 +377,7 @@ def test_report_has_the_training_curves_or_says_they_need_the_run_folders(study,
   alone = tmp_path / "table"
   alone.mkdir()
   table = shutil.copy(os.path.join(copy, "results.parquet"), str(alone / "fake.parquet"))
-  result = subprocess.run([sys.executable, "-m", "sweeps.report", table], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+  result = forked.run(["-m", "sweeps.report", table], cwd=REPO, timeout=600)
   assert result.returncode == 0, result.stderr
   assert "training_curves" not in result.stdout and "no training curves" in result.stdout
   page = open(str(alone / "fake_report.html")).read()

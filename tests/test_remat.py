@@ -2,8 +2,6 @@
 
 import os
 import re
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -12,6 +10,7 @@ from flax import nnx
 import train
 from conftest import tiny_config
 from models.decoder import Decoder
+import forked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,9 +46,8 @@ def test_remat_lowers_the_train_steps_temporaries():
   memory analysis of the compiled step; CPU with its memory-ordering scheduler, see the bench)."""
   env = dict(os.environ, XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false",
              JAX_PLATFORMS="cpu")
-  out = subprocess.run([sys.executable, "bench/remat_memory.py", "--batch_size=2",
-                        "--d_model=64"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+  out = forked.run(["bench/remat_memory.py", "--batch_size=2", "--d_model=64"], cwd=ROOT, env=env,
+                   timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   temps = {m: float(t) for m, t in re.findall(r"^\| (none|block|full) \| ([\d.]+) \|",
                                                out.stdout, re.M)}

@@ -13,12 +13,12 @@ x86-64).
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import forked
 
 from bench import tpu_compile
 from configs import alibi_350m
@@ -81,12 +81,13 @@ def test_the_350m_step_with_the_kernel_compiles_for_v5e_4x4_and_fits():
 
 
 def test_a_context_parallel_step_compiles_at_32k_tokens():
-  """The 350M widths (one layer) at 32,768 tokens, each sequence split over 4 chips
-  (mesh.context 4) of a v5p-8: XLA's attention path (the kernel does not split the sequence),
-  keys and values all-gathered per layer. (Two layers on a v5e chip's 16 GiB need 22 GiB: the
-  compiler refuses them, reported as in the test below.)"""
+  """One layer of the 350M model's heads of 128 (two heads: compile time grows with the widths,
+  not what is checked) at 32,768 tokens, each sequence split over 4 chips (mesh.context 4) of a
+  v5p-8: XLA's attention path (the kernel does not split the sequence), keys and values
+  all-gathered per layer. (The full widths compile in bench/tpu_compile.py: two layers on a v5e
+  chip's 16 GiB need 22 GiB, which the compiler refuses, reported as in the test below.)"""
   c = two_layer_350m()
-  c.model.num_layers = 1
+  c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.mlp_dim = 1, 256, 2, 1024
   c.model.attention_impl, c.model.remat, c.model.attention_chunk = "xla", "full", 512
   c.data.train_len, c.data.batch_size, c.train.grad_accum_steps = 32768, 1, 1
   c.mesh.data, c.mesh.fsdp, c.mesh.context = 1, 1, 4
@@ -148,10 +149,8 @@ def test_libtpu_missing_is_one_line(monkeypatch):
     (["--topology=v5e:2x2", "--config.mesh.fsdp=3"], "mesh"),
 ])
 def test_refusals_are_one_line_exit_2(args, message):
-  out = subprocess.run(
-      [sys.executable, "-m", "bench.tpu_compile", "--config=configs/alibi_tiny.py", *args],
-      cwd=ROOT, capture_output=True, text=True, timeout=300,
-      env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT})
+  out = forked.run(["-m", "bench.tpu_compile", "--config=configs/alibi_tiny.py", *args], cwd=ROOT,
+                   timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT})
   assert out.returncode == 2, out.stderr[-2000:]
   assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: "), out.stderr[-2000:]
   assert message in out.stderr
