@@ -46,11 +46,14 @@ writes, atomically (runs/files.py):
       study exact_match_train_sizes and exact_match_beyond (the mean exact match over the
       trained sizes and over the sizes beyond them: a grid task's diagonal), the final
       validation loss: `<metric>_mean`, `<metric>_std` (sample std, NaN for one run) and
-      `<metric>_ci_low` / `_ci_high` (a percentile bootstrap 95% interval of the mean over the
-      runs, fixed resamples; NaN for one run), `ppl_8x_overlaps` (the other schemes of the same
-      configuration whose 8x interval overlaps this row's: pairs the data cannot separate
-      there), and `runs`, the number of runs averaged. Passkey values belong to an extension and factor, not
-      to a protocol: they appear on every protocol's row.
+      `<metric>_low` / `_high` (`mean_interval`: with 3 or more runs the 95% t-interval of the
+      mean; with 2 the range of the two, which is no interval; NaN for one run), `runs` (the
+      number of runs averaged) and `interval` (what `_low` / `_high` are: "95% t-interval
+      (n=3)", "range of 2" or empty), and `ppl_8x_paired`: this row's perplexity at 8x minus
+      each other scheme's of the same configuration, paired by seed, with the 95% t-interval of
+      the mean difference when 3 or more seeds pair up ("too few" below 3; an interval holding
+      0 is a difference the data do not show). Passkey values belong to an extension and
+      factor, not to a protocol: they appear on every protocol's row.
 
 A folder of result files instead (no run folder: result JSONs lying in the folder itself, named
 `<run>_<suite><suffix>.json` when copied out of runs' eval/ folders, e.g. results/passkey_tiny/)
@@ -312,10 +315,12 @@ def configuration_columns(columns: Iterable[str]) -> list[str]:
               and c != "cfg.train.init_from")]
 
 
-def summarize(frame: pd.DataFrame, overlap_multiplier: int = 8) -> pd.DataFrame:
+def summarize(frame: pd.DataFrame, compare_multiplier: int = 8) -> pd.DataFrame:
   """The per-configuration summary over seeds (module docstring): every metric's mean, sample
-  std and bootstrap 95% interval of the mean (`bootstrap_interval`), and `ppl_<m>x_overlaps`,
-  for m = overlap_multiplier, the schemes whose interval at m x train_len overlaps the row's."""
+  std and `mean_interval` (95% t-interval of the mean with n >= 3 runs, the range with 2; the
+  `interval` column names which), and `ppl_<m>x_paired`, for m = compare_multiplier, the row's
+  perplexity at m x train_len against every other scheme's, paired by seed
+  (`paired_comparisons`)."""
   config_cols = configuration_columns(frame.columns)
   ppl = frame[frame["suite"] == "ppl_vs_length"]
   per_run = []
@@ -355,7 +360,8 @@ def summarize(frame: pd.DataFrame, overlap_multiplier: int = 8) -> pd.DataFrame:
       per_run = task.assign(protocol=None)
     else:
       per_run = per_run.merge(task, on=["run", "extension", "extension_factor"], how="left")
-  runs = frame.drop_duplicates("run").set_index("run")[config_cols + ["final_val_loss"]]
+  runs = frame.drop_duplicates("run").set_index("run")[
+      config_cols + ["final_val_loss"] + (["seed"] if "seed" in frame else [])]
   per_run = per_run.join(runs, on="run")
   metrics = [c for c in per_run.columns
              if c.startswith(("ppl_", "ratio_", "passkey_", "exact_match_"))] + ["final_val_loss"]
@@ -363,72 +369,105 @@ def summarize(frame: pd.DataFrame, overlap_multiplier: int = 8) -> pd.DataFrame:
     per_run[c] = pd.to_numeric(per_run[c], errors="coerce")
   keys = config_cols + ["extension", "extension_factor", "protocol"]
   grouped = per_run.groupby(keys, dropna=False, sort=True)
-  summary = grouped[metrics].agg(["mean", "std", bootstrap_low, bootstrap_high])
+  summary = grouped[metrics].agg(["mean", "std", interval_low, interval_high])
   summary.columns = [f"{metric}_{stat}" for metric, stat in summary.columns]
   summary.insert(0, "runs", grouped["run"].nunique())
+  summary.insert(1, "interval", summary["runs"].map(interval_name))
   summary = summary.reset_index()
-  column = f"ppl_{overlap_multiplier}x"
-  if f"{column}_ci_low" in summary.columns and "scheme" in summary.columns:
-    summary[f"{column}_overlaps"] = overlapping_schemes(summary, column, keys)
+  column = f"ppl_{compare_multiplier}x"
+  if column in per_run.columns and "scheme" in summary.columns:
+    summary[f"{column}_paired"] = paired_comparisons(per_run, summary, column, keys)
   return summary
 
 
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0  # the resamples are fixed: the same table gives the same intervals
+def mean_interval(values, level: float = 0.95) -> tuple[float, float]:
+  """The spread drawn and tabled around a mean over runs (seeds), (low, high).
 
-
-def bootstrap_interval(values, level: float = 0.95) -> tuple[float, float]:
-  """Percentile bootstrap interval of the mean over runs (seeds), (low, high).
-
-  `BOOTSTRAP_RESAMPLES` resamples of the n values with replacement, from a fixed generator
-  (`BOOTSTRAP_SEED`), and the (1 - level) / 2 and (1 + level) / 2 quantiles of their means
-  (Efron & Tibshirani, An Introduction to the Bootstrap, 1993, Ch. 13). With n = 1 the interval is
-  undefined: (NaN, NaN). With 2 seeds the interval is at most the two values' range: read it as
-  the spread of what was measured, not as a population claim.
+  n >= 3 runs: the Student-t interval of the mean, mean -+ t_{(1+level)/2, n-1} s / sqrt(n), s
+  the sample standard deviation (a normal model of the per-seed values; Student, Biometrika 6,
+  1908). n = 2: the range of the two values, (min, max), which is no interval of anything: the
+  range of two draws covers their distribution's median only half the time (`interval_name` says
+  "range of 2"). n < 2: (NaN, NaN).
 
   Args:
-    values: the per-run values (NaN ignored).
-    level: coverage, in (0, 1).
+    values: the per-run values (NaN and non-numbers ignored).
+    level: coverage of the t-interval, in (0, 1).
   """
+  from scipy import stats  # noqa: PLC0415  (on use: scipy takes a while to import)
   v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), float)
   if len(v) < 2:
     return math.nan, math.nan
-  rng = np.random.default_rng(BOOTSTRAP_SEED)
-  means = v[rng.integers(0, len(v), size=(BOOTSTRAP_RESAMPLES, len(v)))].mean(axis=1)
-  return (float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, (1 + level) / 2)))
+  if len(v) == 2:
+    return float(v.min()), float(v.max())
+  half = float(stats.t.ppf((1 + level) / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
+  return float(v.mean()) - half, float(v.mean()) + half
 
 
-def bootstrap_low(values) -> float:
-  """`bootstrap_interval(values)[0]` (a pandas aggregation; column suffix `_ci_low`)."""
-  return bootstrap_interval(values)[0]
+def interval_name(n: int) -> str:
+  """What `mean_interval` gives for n runs: "" (one run), "range of 2", "95% t-interval (n=N)"."""
+  return "" if n < 2 else "range of 2" if n == 2 else f"95% t-interval (n={n})"
 
 
-def bootstrap_high(values) -> float:
-  """`bootstrap_interval(values)[1]` (column suffix `_ci_high`)."""
-  return bootstrap_interval(values)[1]
+def interval_low(values) -> float:
+  """`mean_interval(values)[0]` (a pandas aggregation; column suffix `_low`)."""
+  return mean_interval(values)[0]
 
 
-bootstrap_low.__name__, bootstrap_high.__name__ = "ci_low", "ci_high"
+def interval_high(values) -> float:
+  """`mean_interval(values)[1]` (column suffix `_high`)."""
+  return mean_interval(values)[1]
 
 
-def overlapping_schemes(summary: pd.DataFrame, column: str, keys: list[str]) -> list[str]:
-  """Per summary row, the other schemes of the same configuration (every key but the scheme and
-  its parameter count) whose bootstrap interval of `column` overlaps this row's,
-  comma-separated ("" for none; NaN without an interval): the pairs the table cannot tell apart
-  at that length."""
+interval_low.__name__, interval_high.__name__ = "low", "high"
+
+
+def paired_difference(a: dict, b: dict, level: float = 0.95) -> dict:
+  """The mean over seeds of a - b, paired by seed (children share their parent's seed), with the
+  Student-t interval of that mean at `level` when n >= 3 pairs (NaN bounds below 3).
+
+  Args:
+    a, b: {seed: value} of two configurations; seeds missing from either or non-finite dropped.
+  Returns:
+    {"n": pairs, "mean": mean difference, "low": ..., "high": ...}.
+  """
+  seeds = sorted(s for s in set(a) & set(b)
+                 if np.isfinite(float(a[s])) and np.isfinite(float(b[s])))
+  d = [float(a[s]) - float(b[s]) for s in seeds]
+  low, high = mean_interval(d, level) if len(d) >= 3 else (math.nan, math.nan)
+  return {"n": len(d), "mean": float(np.mean(d)) if d else math.nan, "low": low, "high": high}
+
+
+def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, column: str,
+                       keys: list[str]) -> list:
+  """Per summary row, its `column` against every other scheme of the same configuration (every
+  key but the scheme and its parameter count), paired by seed (`paired_difference`): "<other>:
+  <mean difference> [low, high]" with n >= 3 pairs, "<other>: n=<pairs> pairs, too few" below;
+  "; "-joined, NaN when the row has no other scheme. A difference whose interval holds 0 is one
+  the data do not tell apart."""
   others = [k for k in keys if k not in ("scheme", "num_params")]
-  low, high = summary[f"{column}_ci_low"], summary[f"{column}_ci_high"]
+
+  def values(row) -> dict:
+    same = np.ones(len(per_run), bool)
+    for k in keys:
+      if k in per_run:
+        same &= ((per_run[k] == row[k]) | (per_run[k].isna() & pd.isna(row[k]))).to_numpy()
+    rows = per_run[same]
+    return dict(zip(rows["seed"], rows[column]))
+
   out = []
   for i, row in summary.iterrows():
-    if pd.isna(low[i]):
-      out.append(math.nan)
-      continue
     same = np.ones(len(summary), bool)
     for k in others:
-      same &= (summary[k] == row[k]) | (summary[k].isna() & pd.isna(row[k]))
-    hits = [summary.loc[j, "scheme"] for j in summary.index[same]
-            if j != i and not pd.isna(low[j]) and low[j] <= high[i] and low[i] <= high[j]]
-    out.append(",".join(sorted(map(str, hits))))
+      same &= ((summary[k] == row[k]) | (summary[k].isna() & pd.isna(row[k]))).to_numpy()
+    mine, parts = values(row), []
+    for j in summary.index[same]:
+      if j == i:
+        continue
+      d = paired_difference(mine, values(summary.loc[j]))
+      name = summary.loc[j, "scheme"]
+      parts.append(f"{name}: {d['mean']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}]" if d["n"] >= 3
+                   else f"{name}: n={d['n']} pairs, too few")
+    out.append("; ".join(sorted(parts)) if parts else math.nan)
   return out
 
 

@@ -10,8 +10,8 @@ import pandas as pd
 
 from eval.plots import length_axis
 from runs.plots import subplots
-from sweeps.figure_style import BAND, METHOD_COLOURS, PROTOCOLS, _any_table, _check, _legend, \
-    _log_ppl_axis, _suite, _train_len
+from sweeps.figure_style import METHOD_COLOURS, PROTOCOLS, _any_table, _check, _legend, \
+    _log_ppl_axis, _suite, _train_len, band_stats, band_text
 
 # An eval-time extension's recipe, whose colour (METHOD_COLOURS) its eval-only curve is drawn in.
 EVAL_ONLY = {"pi": "pi", "ntk": "ntk", "yarn": "yarn", "abf": "abf", "longrope": "longrope"}
@@ -71,7 +71,8 @@ def fig_context_extension(frame, protocol: str = "non_overlapping"):
   """Context extension: perplexity vs length of the parents as trained, each recipe's
   fine-tuned children (solid), each method applied to the parents at evaluation only (dashed,
   in its recipe's colour) and the from-scratch references of other schemes (grey, dotted); mean
-  over seeds (parents), `BAND`; the parents' train_len and the fine-tuning length
+  over seeds (parents) with its band (`band_stats`); the parents' train_len and the fine-tuning
+  length
   marked. One panel per training mix (`_training_mixes`).
 
   Returns:
@@ -91,9 +92,11 @@ def fig_context_extension(frame, protocol: str = "non_overlapping"):
     return None
   fig, axes = subplots(1, len(panels), figsize=(1.6 + 5.8 * len(panels), 4.6), dpi=110,
                        layout="constrained", squeeze=False, sharey=True)
+  ns = []
   for ax, (title, rows, styles) in zip(axes[0], panels):
     for label, group in rows.groupby("family", sort=False):
-      stats = group.groupby("length")["ppl"].agg(["mean", "min", "max"]).sort_index()
+      stats = band_stats(group, "length", "ppl")
+      ns += list(stats["n"])
       line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label, **styles[label])
       if (stats["max"] > stats["min"]).any():
         ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(),
@@ -108,14 +111,15 @@ def fig_context_extension(frame, protocol: str = "non_overlapping"):
     if title:
       ax.set_title(title, fontsize=9)
   fig.suptitle(f"Context extension ({protocol}): parents, fine-tuned children, eval-only "
-               f"controls; mean over seeds, {BAND}", fontsize=9)
+               f"controls; mean over seeds, {band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
 
 
 def fig_fine_tuning_curves(curves, frame):
   """Training loss of the warm-started children against their fine-tuning step, one line per
-  recipe (`method`), mean over its children (one per parent seed), `BAND`; one panel
+  recipe (`method`), mean over its children (one per parent seed) with its band
+  (`band_stats`); one panel
   per training mix (`_training_mixes`).
 
   Args:
@@ -138,9 +142,11 @@ def fig_fine_tuning_curves(curves, frame):
     return None
   fig, axes = subplots(1, len(panels), figsize=(1.4 + 5.2 * len(panels), 4.2), dpi=110,
                        layout="constrained", squeeze=False)
+  ns = []
   for ax, (title, rows) in zip(axes[0], panels):
     for method, group in rows.groupby("method"):
-      stats = group.groupby("step")["loss"].agg(["mean", "min", "max"]).sort_index()
+      stats = band_stats(group, "step", "loss")
+      ns += list(stats["n"])
       colour = METHOD_COLOURS.get(method, "#555555")
       ax.plot(stats.index, stats["mean"], color=colour, linewidth=1.3, label=method)
       if (stats["max"] > stats["min"]).any():
@@ -150,7 +156,7 @@ def fig_fine_tuning_curves(curves, frame):
     ax.grid(True, alpha=0.3)
     if title:
       ax.set_title(title, fontsize=9)
-  fig.suptitle(f"Fine-tuning curves per recipe; mean over parents' seeds, {BAND}",
+  fig.suptitle(f"Fine-tuning curves per recipe; mean over parents' seeds, {band_text(ns)}",
                fontsize=9)
   _legend(fig)
   return fig

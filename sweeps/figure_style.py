@@ -1,8 +1,9 @@
 """What every study figure shares: the results table's columns (`_any_table`), each row's
-legend label (`curve_labels`), the mean over seeds with its bootstrap band (`_mean_band`,
-`BAND`), one fixed style per scheme (`scheme_style`) and per context-extension recipe
-(`METHOD_COLOURS`), bands and the figure's one legend (`_plot_bands`, `_legend`), and the
-selection of a suite's rows and the check of a figure's arguments (`_suite`, `_check`).
+legend label (`curve_labels`), the mean over seeds with its band (`band_stats`, `_mean_band`;
+named in titles by `band_text`), one fixed style per scheme (`scheme_style`) and per
+context-extension recipe (`METHOD_COLOURS`), bands and the figure's one legend (`_plot_bands`,
+`_legend`), and the selection of a suite's rows and the check of a figure's arguments (`_suite`,
+`_check`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pandas as pd
 
 from configs.extension_recipes import RECIPES
 from runs.plots import LEGEND_FONTSIZE, log_axis
-from sweeps.collect import bootstrap_high, bootstrap_low, configuration_columns
+from sweeps.collect import configuration_columns, interval_high, interval_low
 
 # Every column the study figures read. A table lacks the columns of suites it has no results for
 # (a study without algorithmic runs has no `exact_match`); figures see them as empty.
@@ -65,24 +66,35 @@ def curve_labels(frame) -> pd.Series:
   return frame.apply(label, axis=1)
 
 
-# What a figure's band is: the percentile bootstrap 95% interval of the mean over runs
-# (sweeps/collect.py `bootstrap_interval`, the summary's `_ci_low` / `_ci_high`), which with two
-# seeds is their min..max.
-BAND = "band = bootstrap 95% CI of the mean (2 seeds: min..max)"
+def band_stats(rows, x: str, y: str) -> pd.DataFrame:
+  """Per value of `x` (sorted): the mean of `y` over the rows (runs, i.e. seeds), the band around
+  it ("min", "max": `sweeps.collect.mean_interval`, the 95% t-interval of the mean with n >= 3
+  runs, the range with 2; mean..mean for one) and "n", the runs."""
+  stats = rows.groupby(x)[y].agg(["mean", interval_low, interval_high, "count"]).sort_index()
+  stats.columns = ["mean", "min", "max", "n"]
+  one = stats["min"].isna()
+  stats.loc[one, "min"] = stats.loc[one, "max"] = stats.loc[one, "mean"]
+  return stats
+
+
+def band_text(ns) -> str:
+  """What a figure's bands are, for its title, from the run counts `ns` of its points: "band =
+  95% t-interval of the mean (n=3 seeds)", "band = range of 2 seeds (not an interval)", both, or
+  "one run per point (no band)"."""
+  ns = {int(n) for n in ns if n >= 2}
+  parts = []
+  if 2 in ns:
+    parts.append("band = range of 2 seeds (not an interval)")
+  big = sorted(n for n in ns if n >= 3)
+  if big:
+    parts.append(f"band = 95% t-interval of the mean (n={','.join(map(str, big))} seeds)")
+  return "; ".join(parts) or "one run per point (no band)"
 
 
 def _mean_band(frame, x: str, y: str):
-  """Per label: x values, the mean of y over runs (seeds) and the band ("min", "max": the
-  bootstrap 95% interval of the mean, `BAND`; mean..mean for one run), sorted by x."""
+  """Per label: `band_stats` of its rows (x values, the mean of y over runs, the band, n)."""
   rows = frame.dropna(subset=[y]).assign(label=curve_labels(frame))
-  out = {}
-  for label, group in rows.groupby("label", sort=True):
-    stats = group.groupby(x)[y].agg(["mean", bootstrap_low, bootstrap_high]).sort_index()
-    stats.columns = ["mean", "min", "max"]
-    one = stats["min"].isna()
-    stats.loc[one, "min"] = stats.loc[one, "max"] = stats.loc[one, "mean"]
-    out[label] = stats
-  return out
+  return {label: band_stats(group, x, y) for label, group in rows.groupby("label", sort=True)}
 
 
 # One style per scheme in every figure, the same in all of them: the registry's schemes in a
@@ -137,13 +149,16 @@ def _style(label: str, extensions: list[str]) -> dict:
   return scheme_style(scheme)
 
 
-def _plot_bands(ax, bands: dict) -> None:
+def _plot_bands(ax, bands: dict) -> list[int]:
+  """Draws `_mean_band`'s curves and bands on `ax`; returns the run counts of the points drawn
+  (for `band_text`)."""
   extensions = sorted(label for label in bands if " + " in label)
   for label, stats in bands.items():
     line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label,
                     **_style(label, extensions))
     if (stats["max"] > stats["min"]).any():
       ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
+  return [int(n) for stats in bands.values() for n in stats["n"]]
 
 
 def _legend(fig) -> None:

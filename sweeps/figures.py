@@ -1,5 +1,6 @@
 """Study figures: from a study's tidy results table (sweeps/collect.py), one curve per scheme
-(mean over seeds, band = the bootstrap 95% interval of the mean: `BAND`); the training curves,
+(mean over seeds with its band: `figure_style.band_stats`, named by `band_text`); the training
+curves,
 one line per run, from the runs' metrics.jsonl (`read_training_curves`, `fig_training_curves`:
 they need the run folders).
 
@@ -13,7 +14,7 @@ sweeps/length_figures.py (metrics vs length, algorithmic accuracy by size, the e
 ratio), sweeps/heatmap_figures.py (retrieval and grid-task heatmaps, attention maps),
 sweeps/extension_figures.py (context extension, fine-tuning curves) and
 sweeps/training_figures.py (training curves, the tuning stage); sweeps/figure_style.py holds
-what they share (`BAND`, `curve_labels`, `scheme_style`, ...).
+what they share (`band_stats`, `band_text`, `curve_labels`, `scheme_style`, ...).
 """
 
 from __future__ import annotations

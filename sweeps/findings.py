@@ -17,7 +17,15 @@ parquet, or a study folder holding `results.parquet`. The other words are `key=v
             largest trained size);
             grid: per `rows` of a two-size task (addition_grid), exact match on the training
             square, chosen cells and the cells beyond it;
-            runs: per `rows`, the runs' seeds, parameters, steps and final losses.
+            runs: per `rows`, the runs' seeds, parameters, steps and final losses;
+            paired: per `rows` x `columns`, `value` minus the `baseline` row's, paired by seed
+            (a child shares its parent's seed): the mean difference and, with 3 or more
+            pairs, the half-width of its 95% t-interval ("too few" below 3 pairs);
+            baseline=<the first row key's value> names the row compared against;
+            context_use: per `rows` x evaluation length l, the ratio ppl(l) / ppl(l / 2) of
+            each run (under 1: the model uses the extra context; use it with
+            protocol=sliding, where every scored token sees about a window of context), pooled
+            over seeds.
   rows      comma-separated columns whose values make a row (`scheme`, `extension`, `method`, ...).
   columns   the column whose values make the table's columns (pivot; `length`, `size`, ...).
   value     the column shown in the cells (pivot).
@@ -48,15 +56,15 @@ import re
 import numpy as np
 import pandas as pd
 from absl import flags
-from scipy import stats
 
 from configs.errors import ConfigError
 from runs import command_line
 from runs.files import atomic_write
+from sweeps import collect
 
 BLOCK = re.compile(r"(<!-- table (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end table -->)", re.S)
-KINDS = ("pivot", "tasks", "grid", "runs")
-OPTIONS = {"kind", "rows", "columns", "value", "digits"}
+KINDS = ("pivot", "tasks", "grid", "runs", "paired", "context_use")
+OPTIONS = {"kind", "rows", "columns", "value", "digits", "baseline"}
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -124,7 +132,7 @@ def pooled(values, digits: int) -> tuple[str, int]:
     return f"{v[0]:.{digits}f}", 1
   if len(v) == 2:
     return f"{v.mean():.{digits}f} ({v.min():.{digits}f}-{v.max():.{digits}f})", 2
-  half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+  half = collect.mean_interval(v)[1] - v.mean()
   return f"{v.mean():.{digits}f} ± {half:.{digits}f}", len(v)
 
 
@@ -310,7 +318,80 @@ def render_runs(frame: pd.DataFrame, options: dict) -> str:
   return markdown(header, body)
 
 
-RENDER = {"pivot": render_pivot, "tasks": render_tasks, "grid": render_grid, "runs": render_runs}
+def _by_seed(rows: pd.DataFrame, column: str, value: str) -> dict:
+  """{column value: {seed: value}} of one row group (a run per seed)."""
+  out = {}
+  for c, at in rows.groupby(column):
+    out[c] = {int(s): float(v) for s, v in zip(at["seed"], at[value]) if pd.notna(v)}
+  return out
+
+
+def render_paired(frame: pd.DataFrame, options: dict) -> str:
+  """kind=paired (module docstring)."""
+  value, column, baseline = options.get("value"), options.get("columns"), options.get("baseline")
+  for name, what in ((value, "value"), (column, "columns")):
+    if not name or name not in frame.columns:
+      raise ConfigError(f"kind=paired needs {what}=<a column of the table>, not {name!r}")
+  digits = int(options.get("digits", 2))
+  keys, groups = _rows_of(frame, options)
+  base = [rows for key, rows in groups
+          if str(key[0] if isinstance(key, tuple) else key) == str(baseline)]
+  if len(base) != 1:
+    raise ConfigError(f"kind=paired needs baseline=<one value of {keys[0]}>; got "
+                      f"{baseline!r}, which names {len(base)} rows")
+  reference = _by_seed(base[0], column, value)
+  order = sorted(frame[column].dropna().unique())
+  counts, body = set(), []
+  for key, rows in groups:
+    mine = _by_seed(rows, column, value)
+    if rows is base[0]:
+      continue
+    cells = [row_label(dict(zip(keys, key if isinstance(key, tuple) else (key,))))]
+    for c in order:
+      d = collect.paired_difference(mine.get(c, {}), reference.get(c, {}))
+      counts.add(d["n"]) if d["n"] else None
+      cells.append("" if not d["n"] else
+                   f"{d['mean']:+.{digits}f} ± {d['high'] - d['mean']:.{digits}f}" if d["n"] >= 3
+                   else f"{d['mean']:+.{digits}f} (n={d['n']}, too few)")
+    body.append(cells)
+  header = [row_header(keys)] + [column_label(frame, column, c) for c in order]
+  ns = ", ".join(str(n) for n in sorted(n for n in counts if n >= 3))
+  note = (f"Cells: {value} minus `{baseline}`'s, paired by seed: mean difference"
+          + (f" ± half-width of its 95% t-interval (n = {ns} pairs)" if ns else "")
+          + ("; rows with fewer than 3 pairs give the mean only" if any(n < 3 for n in counts)
+             else "") + ".")
+  return markdown(header, body) + "\n" + note + "\n"
+
+
+def render_context_use(frame: pd.DataFrame, options: dict) -> str:
+  """kind=context_use (module docstring)."""
+  digits = int(options.get("digits", 3))
+  frame = frame[frame["suite"] == "ppl_vs_length"]
+  keys, groups = _rows_of(frame, options)
+  lengths = sorted(int(x) for x in frame["length"].dropna().unique())
+  order = [l for l in lengths if l % 2 == 0 and l // 2 in lengths]
+  if not order:
+    raise ConfigError("kind=context_use needs lengths l and l/2 in the table")
+  counts, body = set(), []
+  for key, rows in groups:
+    cells = [row_label(dict(zip(keys, key if isinstance(key, tuple) else (key,))))]
+    for l in order:
+      ratios = []
+      for _, run in rows.groupby("run"):
+        ppl = dict(zip(run["length"].astype(int), run["ppl"]))
+        if pd.notna(ppl.get(l)) and pd.notna(ppl.get(l // 2)):
+          ratios.append(ppl[l] / ppl[l // 2])
+      text, n = pooled(ratios, digits)
+      counts.add(n) if n else None
+      cells.append(text)
+    body.append(cells)
+  header = [row_header(keys)] + [f"{l:,} / {l // 2:,}" for l in order]
+  return (markdown(header, body) + "\nppl at length l / ppl at l/2 per run (under 1: the "
+          "extra context lowers the loss). " + spread_note(counts) + "\n")
+
+
+RENDER = {"pivot": render_pivot, "tasks": render_tasks, "grid": render_grid, "runs": render_runs,
+          "paired": render_paired, "context_use": render_context_use}
 
 
 def render_block(page: str, spec: str) -> str:

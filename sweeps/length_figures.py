@@ -1,5 +1,6 @@
 """Study figures of a metric against evaluation length, one curve per scheme (mean over seeds,
-`BAND`): perplexity (as trained, with eval-time extensions, loss by position in the window),
+band named in each title by `band_text`): perplexity (as trained, with eval-time extensions, loss
+by position in the window),
 retrieval accuracy, attention diagnostics, any registered suite's headline metric; the
 algorithmic tasks' accuracy against instance size; and the extrapolation ratio (ppl at 8x /
 1x train_len) against model size or train_len.
@@ -15,16 +16,15 @@ import pandas as pd
 from eval import suites as suites_registry
 from eval.plots import length_axis
 from runs.plots import subplots
-from sweeps.collect import bootstrap_high, bootstrap_low
-from sweeps.figure_style import ALGORITHMIC_METRICS, BAND, PROTOCOLS, RETRIEVAL_SUITES, \
-    _any_table, _check, _legend, _log_ppl_axis, _mean_band, _plot_bands, _suite, _train_len, \
-    curve_labels, scheme_style
+from sweeps.figure_style import ALGORITHMIC_METRICS, PROTOCOLS, RETRIEVAL_SUITES, _any_table, \
+    _check, _legend, _log_ppl_axis, _mean_band, _plot_bands, _suite, _train_len, band_stats, \
+    band_text, curve_labels, scheme_style
 
 
 @_any_table
 def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False):
-  """Perplexity vs evaluation length per scheme (log-log), mean over seeds with its bootstrap
-  band (`BAND`).
+  """Perplexity vs evaluation length per scheme (log-log), mean over seeds with its band
+  (`band_stats`, named in the title).
 
   Args:
     frame: the results table; protocol: "non_overlapping" | "sliding" (perplexity protocol,
@@ -42,10 +42,10 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   if rows.empty:
     return None
   fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
-  _plot_bands(ax, _mean_band(rows, "length", "ppl"))
+  ns = _plot_bands(ax, _mean_band(rows, "length", "ppl"))
   length_axis(ax, _train_len(rows))
   _log_ppl_axis(ax)
-  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, {BAND}",
+  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, {band_text(ns)}",
                fontsize=9)
   _legend(fig)
   return fig
@@ -112,11 +112,13 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
   if not bins:
     return None
   fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
-  _plot_bands(ax, _mean_band(pd.DataFrame(bins).assign(scheme=lambda d: d["label"]), "x", "nll"))
+  ns = _plot_bands(ax, _mean_band(pd.DataFrame(bins).assign(scheme=lambda d: d["label"]), "x",
+                                  "nll"))
   length_axis(ax, _train_len(rows))
   ax.set_xlabel("context tokens (position in window + 1)")
   ax.set_ylabel("NLL (nats per token)")
-  ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds", fontsize=9)
+  ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds, "
+               f"{band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -124,7 +126,7 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
 @_any_table
 def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   """Retrieval accuracy (all depths) vs context length per scheme and extension, mean over
-  seeds with its bootstrap band (`BAND`).
+  seeds with its band (`band_stats`, named in the title).
 
   Returns:
     A Figure, or None if the table has no `suite` rows with an accuracy.
@@ -138,11 +140,11 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   if not bands:
     return None
   fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
-  _plot_bands(ax, bands)
+  ns = _plot_bands(ax, bands)
   length_axis(ax, _train_len(rows))
   ax.set_ylim(-0.02, 1.02)
   ax.set_ylabel(f"{suite} accuracy")
-  ax.set_title(f"{suite} accuracy vs length; mean over seeds, {BAND}", fontsize=9)
+  ax.set_title(f"{suite} accuracy vs length; mean over seeds, {band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -150,7 +152,8 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
 @_any_table
 def fig_algorithmic(frame, metric: str = "exact_match"):
   """Accuracy per instance size on the algorithmic tasks: one panel per task, one curve per
-  scheme (mean over seeds, `BAND`), the largest trained size marked.
+  scheme (mean over seeds with its band, `band_stats`, named in the figure's title), the largest
+  trained size marked.
 
   Args:
     frame: the results table; metric: "exact_match" | "token_accuracy".
@@ -169,9 +172,10 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
   tasks = sorted(rows[task_col].fillna("").unique()) if task_col else [""]
   fig, axes = subplots(1, len(tasks), figsize=(1.4 + 5 * len(tasks), 4), dpi=110, squeeze=False,
                        layout="constrained")
+  ns = []
   for ax, task in zip(axes[0], tasks):
     sub = rows[rows[task_col].fillna("") == task] if task_col else rows
-    _plot_bands(ax, _mean_band(sub, "size", metric))
+    ns += _plot_bands(ax, _mean_band(sub, "size", metric))
     trained = sub.loc[sub["in_distribution"].astype(bool), "size"]
     if not trained.empty:
       ax.axvline(trained.max(), color="gray", linestyle="--",
@@ -181,6 +185,8 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{task or 'algorithmic'}: {metric.replace('_', ' ')} by size", fontsize=9)
     ax.grid(True, alpha=0.3)
+  fig.suptitle(f"{metric.replace('_', ' ')} by instance size; mean over seeds, {band_text(ns)}",
+               fontsize=9)
   _legend(fig)
   return fig
 
@@ -189,7 +195,8 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
 @_any_table
 def fig_attention_vs_length(frame):
   """Attention entropy (with the uniform ceiling) and sink mass vs length per scheme, mean over
-  layers, heads and seeds (`BAND`, over seeds): the attention suite's rows.
+  layers, heads and seeds (the band over seeds: `band_stats`, named in the title): the
+  attention suite's rows.
 
   Returns:
     A Figure, or None if the table has no attention rows.
@@ -198,17 +205,17 @@ def fig_attention_vs_length(frame):
   if rows.empty or rows["entropy"].dropna().empty:
     return None
   fig, (ax_e, ax_s) = subplots(1, 2, figsize=(12, 4.5), dpi=110, layout="constrained")
-  _plot_bands(ax_e, _mean_band(rows, "length", "entropy"))
+  ns = _plot_bands(ax_e, _mean_band(rows, "length", "entropy"))
   ceiling = rows.dropna(subset=["entropy_uniform"]).groupby("length")["entropy_uniform"].first()
   ax_e.plot(ceiling.index, ceiling.values, color="black", linestyle=":",
             label="uniform over visible keys")
-  _plot_bands(ax_s, _mean_band(rows, "length", "sink_mass"))
+  ns += _plot_bands(ax_s, _mean_band(rows, "length", "sink_mass"))
   for ax, ylabel in ((ax_e, "attention entropy (nats)"), (ax_s, "attention on the BOS (sink)")):
     length_axis(ax, _train_len(rows))
     ax.set_ylabel(ylabel)
   ax_s.set_yscale("log")  # sink mass spans decades (about 1/L), far below 1
-  fig.suptitle("Attention diagnostics vs length (mean over layers, heads, windows, seeds)",
-               fontsize=10)
+  fig.suptitle("Attention diagnostics vs length (mean over layers, heads, windows, seeds; "
+               f"{band_text(ns)})", fontsize=10)
   _legend(fig)
   return fig
 
@@ -216,7 +223,8 @@ def fig_attention_vs_length(frame):
 @_any_table
 def fig_metric_vs_length(frame, suite: str):
   """A registered suite's headline metric (its `Suite.metric` column) vs length per scheme and
-  extension, mean over seeds with its bootstrap band: the report's figure of a suite that has no
+  extension, mean over seeds with its band (`band_stats`): the report's figure of a suite that has
+  no
   figure of its own.
 
   Returns:
@@ -234,10 +242,10 @@ def fig_metric_vs_length(frame, suite: str):
   if not bands:
     return None
   fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
-  _plot_bands(ax, bands)
+  ns = _plot_bands(ax, bands)
   length_axis(ax, _train_len(rows))
   ax.set_ylabel(suites_registry.REGISTRY[suite].metric_label or metric)
-  ax.set_title(f"{suite}: {metric} vs length; mean over seeds, {BAND}", fontsize=9)
+  ax.set_title(f"{suite}: {metric} vs length; mean over seeds, {band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -268,8 +276,9 @@ def extrapolation_ratios(frame, multiplier: float = 8.0) -> pd.DataFrame:
 @_any_table
 def fig_extrapolation_ratio(frame, axis: str = "num_params", multiplier: float = 8.0):
   """Extrapolation ratio (ppl at `multiplier` x train_len / ppl at train_len, non-overlapping
-  windows) against model size or training length, one line per scheme: mean over seeds with the
-  bootstrap band (`BAND`); the size and length axes of a study (sweeps/study.py model_sizes,
+  windows) against model size or training length, one line per scheme: mean over seeds with its
+  band (`band_stats`, named in the title); the size and length axes of a study (sweeps/study.py
+  model_sizes,
   train_lengths).
 
   Args:
@@ -286,20 +295,21 @@ def fig_extrapolation_ratio(frame, axis: str = "num_params", multiplier: float =
   if ratios[axis].nunique() < 2:
     return None
   fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  ns = []
   for scheme, group in ratios.groupby("scheme", sort=True):
-    stats = group.groupby(axis)["ratio"].agg(["mean", bootstrap_low, bootstrap_high]).sort_index()
-    stats.columns = ["mean", "lo", "hi"]
+    stats = band_stats(group, axis, "ratio")
+    ns += list(stats["n"])
     style = scheme_style(str(scheme))
     line, = ax.plot(stats.index, stats["mean"], label=str(scheme), markersize=5, **style)
-    band = stats.dropna()
-    if len(band) and (band["hi"] > band["lo"]).any():
-      ax.fill_between(band.index, band["lo"], band["hi"], color=line.get_color(), alpha=0.2)
+    if (stats["max"] > stats["min"]).any():
+      ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
   ax.axhline(1.0, color="gray", linestyle=":", linewidth=1)
   ax.set_xscale("log", base=10 if axis == "num_params" else 2)
   ax.set_yscale("log")
   ax.set_xlabel(RATIO_AXES[axis])
   ax.set_ylabel(f"ppl at {multiplier:g}x train_len / ppl at 1x")
-  ax.set_title(f"Extrapolation ratio vs {RATIO_AXES[axis]}; mean over seeds, {BAND}", fontsize=9)
+  ax.set_title(f"Extrapolation ratio vs {RATIO_AXES[axis]}; mean over seeds, {band_text(ns)}",
+               fontsize=9)
   ax.grid(True, which="both", alpha=0.3)
   _legend(fig)
   return fig

@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 
 from runs.metrics import read_metrics
 from runs.plots import LEGEND_FONTSIZE, log_axis, subplots
-from sweeps.figure_style import BAND, _style, curve_labels, scheme_style
+from sweeps.figure_style import _style, band_stats, band_text, curve_labels, scheme_style
 
 # Panels of the study's training curves: (metrics.jsonl key, y label, log y axis).
 TRAINING_PANELS = (("loss", "training loss (nats per token)", True),
@@ -91,8 +91,9 @@ def fig_training_curves(curves, mean: bool = False):
 
   Args:
     curves: read_training_curves's frame.
-    mean: one line per scheme (label): the mean over its runs (seeds) at each step, band =
-      the bootstrap interval (`BAND`); else (the default) one line per run, the seeds of a
+    mean: one line per scheme (label): the mean over its runs (seeds) at each step with its
+      band (`band_stats`, named in the legend's title); else (the default) one line per run, the
+      seeds of a
       scheme in its colour, line style and marker (`scheme_style`).
 
   Returns:
@@ -104,12 +105,13 @@ def fig_training_curves(curves, mean: bool = False):
   labels = list(dict.fromkeys(curves["label"]))
   fig, axes = subplots(2, 3, figsize=(12, 6.5), dpi=110, sharex=True, layout="constrained")
   panels = list(axes.flat)
+  ns = []
   for ax, (key, ylabel, log) in zip(panels, TRAINING_PANELS):
     points = curves.dropna(subset=[key])
     for label in labels:
       style = _style(label, [])
       rows = points[points["label"] == label]
-      groups = ([(label, rows.groupby("step")[key].agg(["mean", "min", "max"]))] if mean else
+      groups = ([(label, band_stats(rows, "step", key))] if mean else
                 [(run, one.set_index("step")[key].sort_index().to_frame("mean"))
                  for run, one in rows.groupby("run", sort=False)])
       for gid, line in groups:
@@ -119,6 +121,8 @@ def fig_training_curves(curves, mean: bool = False):
         drawn, = ax.plot(line.index, line["mean"], color=style["color"],
                          linestyle=style["linestyle"], marker=style["marker"], markersize=4,
                          markevery=every, linewidth=1.1, alpha=0.9, label=label, gid=gid)
+        if mean:
+          ns += list(line["n"])
         if mean and (line["max"] > line["min"]).any():
           ax.fill_between(line.index, line["min"], line["max"], color=drawn.get_color(),
                           alpha=0.2)
@@ -138,7 +142,7 @@ def fig_training_curves(curves, mean: bool = False):
   legend_ax.axis("off")
   handles = [Line2D([], [], markersize=5, **_style(label, []))
              for label in labels]
-  what = f"mean over seeds, {BAND}" if mean else "one line per run, seeds share a style"
+  what = f"mean over seeds, {band_text(ns)}" if mean else "one line per run, seeds share a style"
   legend_ax.legend(handles, labels, loc="center", fontsize=LEGEND_FONTSIZE,
                    ncol=1 if len(labels) <= 12 else 2, title=what,
                    title_fontsize=LEGEND_FONTSIZE)

@@ -10,6 +10,8 @@ import sys
 import pandas as pd
 import pytest
 
+import forked
+
 from configs.errors import ConfigError
 from sweeps import findings
 
@@ -67,6 +69,29 @@ def test_pivot_cells_pool_seeds_as_stated(tmp_path):
           "interval); n = 3 seeds: mean ± half-width of the 95% t-interval of the mean.") in text
 
 
+def test_paired_differences_and_context_use_by_hand(tmp_path):
+  # three seeds of a and b (b - a = 1, 2, 3 at length 256; 0, 0, 3 at 512), two of c
+  frame = ppl_table({"a": [(5.0, 6.0), (5.0, 7.0), (5.0, 8.0)],
+                     "b": [(6.0, 6.0), (7.0, 7.0), (8.0, 11.0)],
+                     "c": [(4.0, 4.5), (5.0, 5.0)]})
+  frame.to_parquet(tmp_path / "t.parquet")
+  page = tmp_path / "p.md"
+  page.write_text("<!-- table t.parquet kind=paired baseline=a rows=scheme columns=length "
+                  "value=ppl -->\n<!-- end table -->\n"
+                  "<!-- table t.parquet kind=context_use rows=scheme -->\n<!-- end table -->\n")
+  lines = findings.render_page(str(page)).splitlines()
+  assert lines[1] == "| scheme | 256 (1x) | 512 (2x) |"
+  # differences 1, 2, 3: mean 2, half-width 4.3027 / sqrt(3) = 2.48; 0, 0, 3: mean 1,
+  # sd sqrt(3), half-width 4.3027 x sqrt(3) / sqrt(3) = 4.30
+  assert lines[3] == "| `b` | +2.00 ± 2.48 | +1.00 ± 4.30 |"
+  assert lines[4] == "| `c` | -0.50 (n=2, too few) | -1.75 (n=2, too few) |"
+  assert "paired by seed" in lines[6] and "n = 3 pairs" in lines[6]
+  # ppl(512) / ppl(256) per run, pooled: a 1.2, 1.4, 1.6 -> 1.400 ± 0.497; c 1.125, 1.0
+  at = lines.index("| scheme | 512 / 256 |")
+  assert lines[at + 2] == "| `a` | 1.400 ± 0.497 |"
+  assert lines[at + 4] == "| `c` | 1.062 (1.000-1.125) |"
+
+
 def test_filters_and_bad_blocks_are_one_line_errors(tmp_path):
   frame = ppl_table({"rope": [(5.0, 6.0)]})
   frame.to_parquet(tmp_path / "t.parquet")
@@ -82,8 +107,7 @@ def test_filters_and_bad_blocks_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match=message) as info:
       findings.render_page(str(page))
     assert "\n" not in str(info.value) and str(page) in str(info.value)
-  proc = subprocess.run([sys.executable, "-m", "sweeps.findings", str(page)], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300)
+  proc = forked.run(["-m", "sweeps.findings", str(page)], cwd=ROOT, timeout=300)
   assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 

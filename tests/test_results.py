@@ -128,18 +128,39 @@ def test_a_task_study_summary_gives_exact_match_inside_and_beyond_the_trained_si
     assert summary.loc[scheme, "exact_match_beyond_mean"] == pytest.approx(np.mean(beyond))
 
 
-def test_bootstrap_intervals_and_overlaps_on_hand_made_runs():
-  assert all(np.isnan(collect.bootstrap_interval([5.0])))  # one run: no interval
-  low, high = collect.bootstrap_interval([1.0, 3.0])  # resample means are 1, 2 or 3
-  assert (low, high) == (1.0, 3.0)
-  low, high = collect.bootstrap_interval([1.0, 2.0, 3.0, 4.0, 5.0] * 4)
-  assert 2.3 < low < 3.0 < high < 3.7  # about mean +- 1.96 x 1.41 / sqrt(20)
-  summary = pd.DataFrame({"scheme": ["a", "b", "c", "a"], "train_len": [8, 8, 8, 16],
-                          "num_params": [1, 2, 3, 1],
-                          "ppl_8x_ci_low": [1.0, 1.5, 3.0, 1.0],
-                          "ppl_8x_ci_high": [2.0, 2.5, 4.0, 9.0]})
-  got = collect.overlapping_schemes(summary, "ppl_8x", ["scheme", "train_len", "num_params"])
-  assert got == ["b", "a", "", ""]  # c is apart; a at train_len 16 has no peer
+def test_intervals_and_paired_differences_on_hand_made_runs():
+  assert all(np.isnan(collect.mean_interval([5.0])))  # one run: no interval
+  assert collect.mean_interval([3.0, 1.0]) == (1.0, 3.0)  # two: their range, named so
+  assert [collect.interval_name(n) for n in (1, 2, 3)] == [
+      "", "range of 2", "95% t-interval (n=3)"]
+  # 1, 2, 3: mean 2, s = 1, t(0.975, 2 dof) = 4.302653 -> 2 -+ 4.302653 / sqrt(3)
+  np.testing.assert_allclose(collect.mean_interval([1.0, 2.0, 3.0]),
+                             [2 - 4.302653 / 3 ** 0.5, 2 + 4.302653 / 3 ** 0.5], rtol=1e-6)
+  # paired by seed: differences 1, 2, 3 (seed 3 has no partner and is dropped)
+  d = collect.paired_difference({0: 11.0, 1: 12.0, 2: 13.0, 3: 9.0}, {0: 10.0, 1: 10.0, 2: 10.0})
+  assert d["n"] == 3 and d["mean"] == 2.0
+  np.testing.assert_allclose([d["low"], d["high"]], collect.mean_interval([1.0, 2.0, 3.0]))
+  two = collect.paired_difference({0: 2.0, 1: 3.0}, {0: 1.0, 1: 1.0})
+  assert two["n"] == 2 and two["mean"] == 1.5 and np.isnan(two["low"])  # too few for a claim
+  # The summary's columns on a hand-made table: 3 seeds of a and b (b = a + 1, 2, 3 per seed),
+  # 2 seeds of c.
+  rows = []
+  for scheme, values in (("a", [10.0, 20.0, 30.0]), ("b", [11.0, 22.0, 33.0]), ("c", [5.0, 6.0])):
+    for seed, v in enumerate(values):
+      for length, ppl in ((8, v / 2), (64, v)):
+        rows.append({"run": f"{scheme}{seed}", "scheme": scheme, "seed": seed, "train_len": 8,
+                     "num_params": 1, "suite": "ppl_vs_length", "extension": "none",
+                     "extension_factor": 1.0, "protocol": "non_overlapping",
+                     "multiplier": length / 8, "ppl": ppl, "final_val_loss": 1.0})
+  summary = collect.summarize(pd.DataFrame(rows)).set_index("scheme")
+  assert summary.loc["a", "interval"] == "95% t-interval (n=3)"
+  assert summary.loc["c", "interval"] == "range of 2"
+  assert (summary.loc["c", "ppl_8x_low"], summary.loc["c", "ppl_8x_high"]) == (5.0, 6.0)
+  np.testing.assert_allclose([summary.loc["a", "ppl_8x_low"], summary.loc["a", "ppl_8x_high"]],
+                             collect.mean_interval([10.0, 20.0, 30.0]))
+  low, high = collect.mean_interval([-1.0, -2.0, -3.0])
+  assert summary.loc["a", "ppl_8x_paired"] == (
+      f"b: -2 [{low:+.4g}, {high:+.4g}]; c: n=2 pairs, too few")
 
 
 def test_synthetic_study_page_states_what_the_committed_jsons_hold():
