@@ -369,6 +369,13 @@ def evaluation_windows(docs: Sequence[Document], tokenizer: ByteTokenizer, lengt
   return windows
 
 
+def tokens_per_document(max_tokens_per_length: int, num_docs: int) -> int | None:
+  """The targets `ppl_vs_length` scores per document at each length (evaluation_windows'
+  `max_tokens_per_doc`): the budget `max_tokens_per_length` split evenly over `num_docs`
+  documents, rounded up; None (every window) when the budget is 0 or less."""
+  return None if max_tokens_per_length <= 0 else -(-max_tokens_per_length // max(1, num_docs))
+
+
 def document_lengths(docs: Sequence[Document], tokenizer) -> list[int]:
   """Tokens of each document (its targets: BOS not counted), in order."""
   return [len(document_ids(d, tokenizer)) for d in docs]
@@ -474,7 +481,7 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
   for length in lengths:
     if length not in skip:
       resolve_stride(length, protocol, stride)  # fail before any compilation
-  per_doc = None if max_tokens_per_length <= 0 else -(-max_tokens_per_length // max(1, len(docs)))
+  per_doc = tokens_per_document(max_tokens_per_length, len(docs))
   doc_tokens = document_lengths(docs, tokenizer) if doc_tokens is None else doc_tokens
   longest = max(doc_tokens, default=0)
   rows = []
@@ -539,7 +546,7 @@ def unigram_entropy(docs: Sequence[Document]) -> float:
 __all__ = ["PROTOCOLS", "WindowScores", "bits_per_byte", "check_lengths", "evaluation_windows",
            "loss_by_position", "make_nll_fn", "position_bin_edges", "ppl_vs_length",
            "resolve_stride", "score_windows", "score_windows_by_position", "scored_bytes",
-           "token_nll", "unigram_entropy"]
+           "token_nll", "tokens_per_document", "unigram_entropy"]
 
 
 def score_validation(nll_fn: Callable, params, validation: dict[str, dict[str, np.ndarray]], *,
