@@ -133,6 +133,16 @@ def test_commands_round_trip_to_the_same_config(monkeypatch):
     run_plan.check_commands([run], s.base_config())
 
 
+def test_the_budget_study_trains_rope_and_nope_long_on_plain_text():
+  from sweeps import budget_cpu
+  runs = budget_cpu.STUDY.runs()
+  assert [r.name for r in runs] == ["kind=rope,seed=0,shuffle_seed=0",
+                                    "kind=none,seed=0,shuffle_seed=0"]
+  c = runs[0].config
+  assert (c.train.num_steps, c.train.eval_every_steps, c.data.passkey.fraction) == (3600, 150, 0)
+  assert [k.suite for k in runs[0].train_results] == ["ppl_vs_length", "loss_by_position"]
+
+
 def test_points_group_into_runs_and_evaluation_points():
   from sweeps import pe_extrapolation_cpu
   runs = pe_extrapolation_cpu.STUDY.runs()
