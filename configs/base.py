@@ -147,6 +147,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.weight_decay = 0.1  # decoupled weight decay, matrices only (ndim >= 2).
   c.train.grad_clip = 1.0  # global-norm gradient clipping; 0 disables.
   c.train.log_every_steps = 10  # metrics.jsonl / TensorBoard / W&B / progress-bar interval, steps.
+  c.train.write_plots = True  # PNG figures beside the run's JSON (training_curves.png,
+                              # eval/<suite>.png); False skips drawing them, about 1.4 s per run
+                              # on CPU (a large sweep, whose figures come from the collected
+                              # table; the tests). eval.run follows the run's value.
   # Weights & Biases (runs/wandb_log.py; pip install -e '.[wandb]'): the same scalars at the same
   # steps and the flattened config, process 0 only; one W&B run per workdir (resumed by reruns).
   c.train.wandb_project = ""  # W&B project to log to; "" = no W&B logging.

@@ -148,7 +148,8 @@ class MetricsWriter:
       and the bytes of the record).
 
   `close` draws the training curves of the whole run (this start and the ones before it) into
-  `<workdir>/training_curves.png` (runs.plots.plot_training_curves).
+  `<workdir>/training_curves.png` (runs.plots.plot_training_curves), unless the config's
+  `train.write_plots` is False.
   """
 
   def __init__(self, workdir: str, resumed_from: int | None = None, config=None):
@@ -158,6 +159,7 @@ class MetricsWriter:
     self._workdir = workdir
     name = os.path.basename(os.path.abspath(workdir))
     self._title = f"{config.model.position.kind}: {name}" if config is not None else name
+    self._plots = config is None or config.train.get("write_plots", True)
     path = os.path.join(workdir, METRICS_FILE)
     truncate_metrics(path, 0 if resumed_from is None else resumed_from)
     # imported here: tensorboardX imports PyTorch when it is installed (1.6 s), which a command
@@ -207,8 +209,9 @@ class MetricsWriter:
       self._file.close()
       if self._wandb is not None:
         self._wandb.close()
-      plots.plot_training_curves(read_metrics(self._workdir),
-                                 os.path.join(self._workdir, TRAINING_CURVES_FILE), self._title)
+      if self._plots:
+        plots.plot_training_curves(read_metrics(self._workdir),
+                                   os.path.join(self._workdir, TRAINING_CURVES_FILE), self._title)
 
 
 class NonFiniteLossError(FloatingPointError):

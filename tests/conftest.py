@@ -85,7 +85,8 @@ def position_config(kind: str, **overrides):
 
 
 def tiny_config(text_glob: str, kind: str = "alibi"):
-  """A seconds-scale config: 2 layers, d_model 64, 4 heads, train_len 32, batch 8."""
+  """A seconds-scale config: 2 layers, d_model 64, 4 heads, train_len 32, batch 8; no PNG
+  figures (train.write_plots=False)."""
   c = base.get_config()
   c.data.source = "text_files"
   c.data.text_glob = text_glob
@@ -100,6 +101,7 @@ def tiny_config(text_glob: str, kind: str = "alibi"):
   c.train.warmup_steps = 2
   c.train.learning_rate = 3e-3
   c.train.log_every_steps = 1
+  c.train.write_plots = False  # ~1.4 s of drawing per run; the tests of the figures turn it on
   c.train.eval_every_steps = 0
   c.train.eval_tokens = 512
   c.train.checkpoint_every_steps = 5
@@ -112,7 +114,7 @@ def tiny_config(text_glob: str, kind: str = "alibi"):
 
 
 def train_rope_parent(text_glob: str, workdir: str, *, num_steps: int,
-                      checkpoint_every: int) -> str:
+                      checkpoint_every: int, write_plots: bool = False) -> str:
   """Trains a tiny RoPE run (`tiny_config`, train_len 32, head_dim 16) on one device, evaluated
   at 1x only: a parent for warm starts and LongRoPE's search. Returns `workdir`."""
   import jax
@@ -120,6 +122,7 @@ def train_rope_parent(text_glob: str, workdir: str, *, num_steps: int,
   import train
   c = tiny_config(text_glob, "rope")
   c.train.num_steps, c.train.checkpoint_every_steps = num_steps, checkpoint_every
+  c.train.write_plots = write_plots
   c.eval.length_multipliers = (1.0,)
   train.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
   return workdir

@@ -117,6 +117,7 @@ def test_attention_suite_end_to_end(text_corpus, tmp_path):
   """train.py writes attention.json/png for the model as trained; eval.run adds an extension's;
   collect turns them into rows; the maps of a checkpoint come back per layer and head."""
   c = tiny_config(text_corpus, "rope")
+  c.train.write_plots = True
   c.train.num_steps = 4
   c.eval.suites = "ppl_vs_length,attention"
   c.eval.attention.windows = 3

@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def parent(text_corpus, tmp_path_factory) -> str:
   """A 4-step tiny RoPE run with checkpoints at steps 2 and 4."""
   return train_rope_parent(text_corpus, str(tmp_path_factory.mktemp("reads") / "parent"),
-                           num_steps=4, checkpoint_every=2)
+                           num_steps=4, checkpoint_every=2, write_plots=True)
 
 
 def copy_of(parent: str, tmp_path, name: str = "run") -> str:

@@ -84,9 +84,9 @@ def test_cached_decoding_equals_full_recomputation(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_cached_decoding_equals_full_recomputation_under_gqa(kind):
   """Grouped-query attention (4 query heads, 2 KV heads; the cache holds the 2), with QK-norm
-  and QKV biases on the RoPE model."""
+  and QKV biases on the RoPE model; one layer (the test above checks the cache across layers)."""
   config = tiny_config("unused", kind)
-  config.model.num_kv_heads = 2
+  config.model.num_kv_heads, config.model.num_layers = 2, 1
   if kind == "rope":
     config.model.qk_norm, config.model.qkv_bias = "full", True
   check_cached_equals_full(config, seq=12, prefill=5)

@@ -261,6 +261,7 @@ def test_grid_scores_an_oracle_perfectly(text_corpus):
 
 def test_grid_json_and_heatmap_from_a_tiny_model(text_corpus, tmp_path):
   c = grid_config(text_corpus)
+  c.train.write_plots = True  # the heatmap is checked
   c.eval.needle.preamble = False
   c.eval.needle.depths = (0.5,)
   c.eval.needle.trials = 1

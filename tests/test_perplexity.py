@@ -206,6 +206,7 @@ def test_loss_by_position_adds_up_to_the_perplexity(model):
 
 def test_evaluate_ppl_writes_loss_by_position(model, text_corpus, tmp_path):
   c = tiny_config(text_corpus)
+  c.train.write_plots = True
   c.model.init_std = 0.3
   c.eval.protocol, c.eval.stride, c.eval.position_bins = "sliding", 4, 6
   c.eval.length_multipliers = (0.5, 1.0)

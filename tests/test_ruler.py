@@ -122,6 +122,7 @@ def test_scoring_counts_the_target_only(text_corpus):
 
 def test_suite_writes_json_png_and_collected_rows(text_corpus, tmp_path):
   c = grid_config(text_corpus)
+  c.train.write_plots = True
   c.eval.length_multipliers = (4.0,)
   c.eval.niah_multikey.num_keys = 2
   c.eval.niah_multikey.trials = 1

@@ -199,6 +199,7 @@ def test_word_suites_train_in_the_mix_and_run_end_to_end(text_corpus, tmp_path):
   from eval.suites import Context
   from models import spec as specs
   c = tiny_config(text_corpus)
+  c.train.write_plots = True
   c.data.train_len = 512
   c.data.retrieval_mix.suite, c.data.retrieval_mix.fraction = "common_words", 0.5
   c.eval.length_multipliers = (0.5, 1.0, 2.0)

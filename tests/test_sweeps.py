@@ -310,6 +310,7 @@ def write_mini_study(folder, text_glob: str, *, more: bool) -> str:
   with seeds 0 and 1. `more` adds an evaluation point, seed 1 with YaRN (x2), and a run whose
   corpus glob matches nothing (train.py fails on it, after the launcher's checks)."""
   tiny = tiny_config(text_glob, "rope")
+  tiny.train.write_plots = True
   tiny.train.num_steps = tiny.train.checkpoint_every_steps = 4
   tiny.eval.length_multipliers = (1.0, 2.0)
   tiny.eval.max_tokens_per_length = 256

@@ -253,6 +253,7 @@ def tiny_task_config(name="copy", kind="alibi"):
 
 def test_training_on_a_task_writes_algorithmic_json(tmp_path, capsys):
   c = tiny_task_config("copy", "learned")
+  c.train.write_plots = True
   c.train.num_steps = 4
   c.train.eval_every_steps = 2
   out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])

@@ -41,6 +41,7 @@ def final_params(workdir, config):
 
 def test_thirty_steps_lower_the_loss_and_write_results(text_corpus, tmp_path):
   c = tiny_config(text_corpus, "rope")
+  c.train.write_plots = True
   c.train.num_steps = 30
   c.train.eval_every_steps = 15
   out = train.train_and_evaluate(c, str(tmp_path), devices=jax.devices()[:1])
@@ -158,15 +159,18 @@ def tensorboard_events(workdir) -> list:
 
 def test_kill_and_resume_is_exact(text_corpus, tmp_path, capsys):
   straight = tiny_config(text_corpus, "learned")
+  straight.train.write_plots = True
   train.train_and_evaluate(straight, str(tmp_path / "straight"), devices=jax.devices()[:1])
 
   first = tiny_config(text_corpus, "learned")
+  first.train.write_plots = True
   first.train.stop_after_step = 5  # the process ends after step 5 (its checkpoint is saved)
   out = train.train_and_evaluate(first, str(tmp_path / "resumed"), devices=jax.devices()[:1])
   assert out == {"step": 5}
   assert not os.path.exists(tmp_path / "resumed" / "eval")
   assert os.path.getsize(tmp_path / "resumed" / "training_curves.png") > 0  # drawn on a stop too
   second = tiny_config(text_corpus, "learned")
+  second.train.write_plots = True
   second.eval.max_tokens_per_length = 256  # another value (was 512): the resume says so
   capsys.readouterr()
   train.train_and_evaluate(second, str(tmp_path / "resumed"), devices=jax.devices()[:1])

@@ -122,6 +122,7 @@ def test_bad_fields_are_refused_in_one_line(text_corpus, field, value, match):
 
 def test_eval_run_writes_both_suites_and_collect_tabulates_them(text_corpus, tmp_path):
   c = tiny_config(text_corpus)
+  c.train.write_plots = True
   c.data.train_len = 64
   c.train.num_steps = 2
   c.eval.suites = "ppl_vs_length"

@@ -73,7 +73,7 @@ class Algorithmic(Suite):
         "rows": rows}
     if grid is not None:
       result["grid"] = grid
-    write_result(ctx.workdir, f"{SUITE}{ctx.suffix}", result, algorithmic.plot)
+    write_result(ctx.workdir, f"{SUITE}{ctx.suffix}", result, ctx.figure(algorithmic.plot))
     if "grid" in result and jax.process_index() == 0:
       algorithmic.plot_grid(result, os.path.join(ctx.workdir, "eval",
                                                  f"{SUITE}{ctx.suffix}_grid.png"))

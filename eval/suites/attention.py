@@ -43,7 +43,7 @@ class Attention(Suite):
         "num_layers": config.model.num_layers, "num_heads": config.model.num_heads,
         "unit": "entropy in nats; sink mass = attention probability on the window's BOS",
         "windows_start": "document_start", "rows": rows}
-    write_result(ctx.workdir, f"attention{ctx.suffix}", result, plots.plot_attention_statistics)
+    write_result(ctx.workdir, f"attention{ctx.suffix}", result, ctx.figure(plots.plot_attention_statistics))
     return {f"attention{ctx.suffix}": result}
 
   def summary(self, result: dict) -> list[str]:

@@ -60,6 +60,11 @@ class Context:
   suffix: str = ""
   extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+  def figure(self, plot: Callable[[dict, str], None]) -> Callable[[dict, str], None] | None:
+    """`plot`, or None when the run's `train.write_plots` is False (`write_result` then writes
+    the JSON only)."""
+    return plot if self.config.train.get("write_plots", True) else None
+
   def __post_init__(self):
     if self.tokenizer is None:
       object.__setattr__(self, "tokenizer", get_tokenizer(self.config.data.tokenizer))

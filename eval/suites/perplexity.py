@@ -206,8 +206,10 @@ class Perplexity(Suite):
                    "end exclusive; a token at position p has p + 1 tokens of context",
         "rows": by_position}
     suffix = ctx.suffix + perplexity.protocol_suffix(protocol, stride)
-    write_result(ctx.workdir, f"ppl_vs_length{suffix}", result, plots.plot_ppl_vs_length)
-    write_result(ctx.workdir, f"loss_by_position{suffix}", positions, plots.plot_loss_by_position)
+    write_result(ctx.workdir, f"ppl_vs_length{suffix}", result,
+                 ctx.figure(plots.plot_ppl_vs_length))
+    write_result(ctx.workdir, f"loss_by_position{suffix}", positions,
+                 ctx.figure(plots.plot_loss_by_position))
     return {f"ppl_vs_length{suffix}": result}  # loss_by_position is written beside it
 
   def summary(self, result: dict) -> list[str]:

@@ -80,7 +80,7 @@ class Retrieval(Suite):
     elif suite in needle.HAYSTACK_SUITES:
       result.update({"haystack": "text", "split": config.eval.split,
                      "documents": len(ctx.docs.get(config.eval.split, ()))})
-    write_result(ctx.workdir, f"{suite}{ctx.suffix}", result, plots.plot_retrieval_heatmap)
+    write_result(ctx.workdir, f"{suite}{ctx.suffix}", result, ctx.figure(plots.plot_retrieval_heatmap))
     return {f"{suite}{ctx.suffix}": result}
 
   def summary(self, result: dict) -> list[str]:
