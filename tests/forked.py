@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,6 +187,9 @@ def serve() -> None:
 # ---------------------------------------------------------------------------- the client
 
 _servers: dict[tuple, subprocess.Popen] = {}
+# One request at a time on a server's pipes (a test may call `run` from several threads; the
+# server answers in order, so a request and its answer must not interleave with another's).
+_pipe_lock = threading.Lock()
 
 
 def _server(env: dict) -> subprocess.Popen:
@@ -216,13 +220,14 @@ def _request(args: list[str], op: str, cwd, env, timeout, folder: str) -> tuple[
   if entry.endswith(".py") and not os.path.isabs(entry):
     entry = os.path.join(cwd or ROOT, entry)
   env = dict(os.environ if env is None else env)
-  server = _server(env)
-  server.stdin.write(json.dumps({
-      "op": op, "entry": entry, "argv": list(argv), "cwd": cwd or ROOT, "env": env,
-      "out": os.path.join(folder, "out"), "err": os.path.join(folder, "err"),
-      "timeout": timeout}) + "\n")
-  server.stdin.flush()
-  return server, json.loads(server.stdout.readline())
+  with _pipe_lock:
+    server = _server(env)
+    server.stdin.write(json.dumps({
+        "op": op, "entry": entry, "argv": list(argv), "cwd": cwd or ROOT, "env": env,
+        "out": os.path.join(folder, "out"), "err": os.path.join(folder, "err"),
+        "timeout": timeout}) + "\n")
+    server.stdin.flush()
+    return server, json.loads(server.stdout.readline())
 
 
 def run(args: list[str], *, cwd: str | None = None, env: dict | None = None,
@@ -262,10 +267,11 @@ class Process:
     Raises:
       subprocess.TimeoutExpired: still running after `timeout` seconds."""
     if self.returncode is None:
-      self._server.stdin.write(json.dumps({"op": "wait", "pid": self.pid,
-                                           "timeout": timeout}) + "\n")
-      self._server.stdin.flush()
-      self.returncode = json.loads(self._server.stdout.readline())["rc"]
+      with _pipe_lock:
+        self._server.stdin.write(json.dumps({"op": "wait", "pid": self.pid,
+                                             "timeout": timeout}) + "\n")
+        self._server.stdin.flush()
+        self.returncode = json.loads(self._server.stdout.readline())["rc"]
       if self.returncode is None:
         raise subprocess.TimeoutExpired(self.args, timeout)
     return self.returncode
