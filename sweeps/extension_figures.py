@@ -111,7 +111,7 @@ def fig_context_extension(frame, protocol: str = "non_overlapping"):
     if title:
       ax.set_title(title, fontsize=9)
   fig.suptitle(f"Context extension ({protocol}): parents, fine-tuned children, eval-only "
-               f"controls; mean over seeds, {band_text(ns)}", fontsize=9)
+               f"controls\nmean over seeds, {band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -156,7 +156,7 @@ def fig_fine_tuning_curves(curves, frame):
     ax.grid(True, alpha=0.3)
     if title:
       ax.set_title(title, fontsize=9)
-  fig.suptitle(f"Fine-tuning curves per recipe; mean over parents' seeds, {band_text(ns)}",
+  fig.suptitle(f"Fine-tuning curves per recipe\nmean over parents' seeds, {band_text(ns)}",
                fontsize=9)
   _legend(fig)
   return fig

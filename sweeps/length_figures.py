@@ -45,7 +45,7 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   ns = _plot_bands(ax, _mean_band(rows, "length", "ppl"))
   length_axis(ax, _train_len(rows))
   _log_ppl_axis(ax)
-  ax.set_title(f"Perplexity vs length ({protocol}); mean over seeds, {band_text(ns)}",
+  ax.set_title(f"Perplexity vs length ({protocol})\nmean over seeds, {band_text(ns)}",
                fontsize=9)
   _legend(fig)
   return fig
@@ -117,7 +117,7 @@ def fig_loss_by_position(frame, length: int | None = None, protocol: str = "non_
   length_axis(ax, _train_len(rows))
   ax.set_xlabel("context tokens (position in window + 1)")
   ax.set_ylabel("NLL (nats per token)")
-  ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds, "
+  ax.set_title(f"Loss by position at length {length} ({protocol}); mean over seeds,\n"
                f"{band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
@@ -144,7 +144,7 @@ def fig_accuracy_vs_length(frame, suite: str = "passkey"):
   length_axis(ax, _train_len(rows))
   ax.set_ylim(-0.02, 1.02)
   ax.set_ylabel(f"{suite} accuracy")
-  ax.set_title(f"{suite} accuracy vs length; mean over seeds, {band_text(ns)}", fontsize=9)
+  ax.set_title(f"{suite} accuracy vs length\nmean over seeds, {band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -185,7 +185,7 @@ def fig_algorithmic(frame, metric: str = "exact_match"):
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{task or 'algorithmic'}: {metric.replace('_', ' ')} by size", fontsize=9)
     ax.grid(True, alpha=0.3)
-  fig.suptitle(f"{metric.replace('_', ' ')} by instance size; mean over seeds, {band_text(ns)}",
+  fig.suptitle(f"{metric.replace('_', ' ')} by instance size\nmean over seeds, {band_text(ns)}",
                fontsize=9)
   _legend(fig)
   return fig
@@ -245,7 +245,7 @@ def fig_metric_vs_length(frame, suite: str):
   ns = _plot_bands(ax, bands)
   length_axis(ax, _train_len(rows))
   ax.set_ylabel(suites_registry.REGISTRY[suite].metric_label or metric)
-  ax.set_title(f"{suite}: {metric} vs length; mean over seeds, {band_text(ns)}", fontsize=9)
+  ax.set_title(f"{suite}: {metric} vs length\nmean over seeds, {band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig
 
@@ -308,7 +308,7 @@ def fig_extrapolation_ratio(frame, axis: str = "num_params", multiplier: float =
   ax.set_yscale("log")
   ax.set_xlabel(RATIO_AXES[axis])
   ax.set_ylabel(f"ppl at {multiplier:g}x train_len / ppl at 1x")
-  ax.set_title(f"Extrapolation ratio vs {RATIO_AXES[axis]}; mean over seeds, {band_text(ns)}",
+  ax.set_title(f"Extrapolation ratio vs {RATIO_AXES[axis]}\nmean over seeds, {band_text(ns)}",
                fontsize=9)
   ax.grid(True, which="both", alpha=0.3)
   _legend(fig)
