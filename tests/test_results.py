@@ -2,6 +2,7 @@
 committed table is what collecting gives today (so the notebooks, which read the table, and
 sweeps.report agree), and its numbers are the ones docs/retrieval.md states."""
 
+import json
 import os
 import warnings
 
@@ -193,3 +194,15 @@ def test_synthetic_study_page_states_what_the_committed_jsons_hold():
                                          "eval", "niah_multikey.json")))
     assert [r["accuracy"] for r in needle["rows"]] == [0.0, 0.0, 0.0]
     assert page_row("synthetic_tasks_cpu.md", f"| `{scheme}` | 0.00 |")[1:] == ["0.00"] * 3
+
+
+def test_the_ngram_reference_quoted_in_the_index_is_the_committed_json():
+  """results/README.md's n-gram perplexities at 256 bytes are ngram_reference_alibi_tiny.json's
+  (eval/ngram.py), to 2 decimals, and the setup it states is the file's."""
+  ref = json.load(open(os.path.join(RESULTS, "ngram_reference_alibi_tiny.json")))
+  at = {r["order"]: r["ppl"] for r in ref["rows"] if r["length"] == 256}
+  text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
+  quoted = ", ".join(f"order {k}{' (unigram)' if k == 1 else ''} {at[k]:.2f}" for k in range(1, 7))
+  assert quoted in text
+  assert (ref["train_documents"], ref["split"], ref["max_tokens_per_length"]) == (
+      34, "validation", 65536) and f"{ref['train_bytes'] / 1e6:.2f}M" == "4.05M"
