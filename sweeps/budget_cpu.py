@@ -18,7 +18,10 @@ then). Read the curve for where it stops falling, not as the loss of shorter bud
   python -m sweeps.launch sweeps/budget_cpu.py --backend=local --root=workdirs/sweeps --parallel=2
   python -m sweeps.collect workdirs/sweeps/budget_cpu
 
-About 30 min on 2 free cores with --parallel=2 (two runs of ~0.25 s per step alone).
+Time: 14.7M tokens per run. Two runs side by side train about 3,300 tokens/s each on 2 free
+cores (measured with pe_extrapolation_cpu), so about 75 min for the study; started on
+2026-12-07 while another job shared the cores, each ran at ~2,100 tokens/s (about 2 h), and was
+stopped at step ~50 for the session's end: not run yet.
 """
 
 from sweeps.study import Study, cross, product, zip_
@@ -44,5 +47,5 @@ STUDY = Study(
         "eval.suites": "ppl_vs_length,loss_by_position",
     },
     description="RoPE and NoPE, 3,600 steps of the tiny model on plain text, validation loss "
-                "every 150 steps: where it flattens; about 30 min on 2 free cores",
+                "every 150 steps: where it flattens; about 75 min on 2 free cores",
 )
