@@ -13,7 +13,7 @@ from typing import Any
 from configs import base as base_config
 from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list
 from configs.field_ranges import check_ranges
-from data import corpus_sources, position_samplers, tasks
+from data import corpora, corpus_sources, position_samplers, tasks
 from data import retrieval_mix, ruler_words
 from data.retrieval_checks import check_retrieval
 from data.tokenizers import get_tokenizer
@@ -28,7 +28,7 @@ from runs import wandb_log
 DTYPES = ("float32", "bfloat16")
 ACTIVATIONS = ("gelu", "swiglu")
 ATTENTION_IMPLS = ("xla", "pallas")  # models/attention.py; "pallas": models/kernels/flash.py
-EVAL_SPLITS = ("validation", "test")
+EVAL_SPLITS = corpora.HELD_OUT
 EVAL_PROTOCOLS = ("non_overlapping", "sliding")  # eval/perplexity.py PROTOCOLS
 INIT_FROM_LEARNED = ("interpolate", "copy")  # train.init_from_learned (runs/warm_start.py)
 REMAT_MODES = ("none", "block", "full")  # model.remat (models/decoder.py REMAT_POLICIES)

@@ -164,6 +164,7 @@ def list_text_file_documents(pattern: str, field: str = "--source") -> list[Docu
 
 
 SPLITS = ("train", "validation", "test")
+HELD_OUT = SPLITS[1:]  # the splits an evaluation scores (eval.split)
 
 
 def split_names(names: Sequence[str], validation_fraction: float,

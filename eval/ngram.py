@@ -39,9 +39,9 @@ import numpy as np
 from absl import flags
 from tqdm import tqdm
 
-from configs.errors import ConfigError, config_from_flag, eval_lengths
+from configs.errors import ConfigError, choice, config_from_flag, eval_lengths
 from configs.field_ranges import check_ranges
-from data import inputs as data_inputs
+from data import corpora, inputs as data_inputs
 from data.tokenizers import ByteTokenizer, get_tokenizer
 from eval import perplexity
 from runs import command_line
@@ -129,8 +129,8 @@ class KneserNey:
     """ln P(target | context) under the order-`order` model, float64 [n].
 
     Args:
-      contexts: int64 [n, order - 1], the bytes before each target, the nearest last; only the
-        last `lengths[i]` of row i are context (the rest is ignored).
+      contexts: int64 [n, >= order - 1], the bytes before each target, the nearest last; only
+        the last `lengths[i]` of row i are context (the rest is ignored).
       lengths: int [n], each target's available context, bytes (used up to order - 1).
       targets: int [n], bytes 0..255.
       order: 1..max_order.
@@ -145,7 +145,7 @@ class KneserNey:
       active = used >= k - 1  # targets whose context reaches order k
       h = np.zeros(n, np.int64)
       for j in range(k - 1):  # the k - 1 bytes before the target, oldest first
-        col = contexts[:, contexts.shape[1] - (k - 1) + j] if k > 1 else None
+        col = contexts[:, contexts.shape[1] - (k - 1) + j]
         h = h * BYTES + np.where(active, col, 0).astype(np.int64)
       top = used == k - 1  # the highest order this target uses: raw counts
       next_p = p.copy()
@@ -179,7 +179,7 @@ def window_contexts(windows: dict[str, np.ndarray], width: int) -> tuple[np.ndar
   inputs, targets = windows["inputs"].astype(np.int64), windows["targets"].astype(np.int64)
   segments, weights = windows["segment_ids"], windows["weights"]
   rows, cols = np.nonzero((weights > 0) & (targets < BYTES))
-  contexts = np.zeros((len(rows), max(width, 1)), np.int64)
+  contexts = np.zeros((len(rows), width), np.int64)
   lengths = np.zeros(len(rows), np.int64)
   alive = np.ones(len(rows), bool)
   for back in range(width):  # input position cols - back is the context byte nearest-first
@@ -190,16 +190,15 @@ def window_contexts(windows: dict[str, np.ndarray], width: int) -> tuple[np.ndar
     contexts[ok, width - 1 - back] = inputs[rows[ok], pos[ok]]
     lengths += ok
     alive = ok
-  return contexts[:, -width:] if width else contexts[:, :0], lengths, targets[rows, cols]
+  return contexts, lengths, targets[rows, cols]
 
 
 def score(model: KneserNey, windows: dict[str, np.ndarray], orders: Sequence[int]) -> dict:
   """{order: {"nll": nats per byte, "ppl": exp(nll), "tokens": targets scored}} on `windows`."""
   contexts, lengths, targets = window_contexts(windows, max(orders) - 1)
   out = {}
-  for k in orders:
-    ctx = contexts[:, contexts.shape[1] - (k - 1):] if k > 1 else contexts[:, :0]
-    nll = float(-model.log_prob(ctx, lengths, targets, k).mean())
+  for k in orders:  # log_prob reads the last k - 1 columns
+    nll = float(-model.log_prob(contexts, lengths, targets, k).mean())
     out[k] = {"nll": nll, "ppl": math.exp(nll), "tokens": int(len(targets))}
   return out
 
@@ -257,9 +256,7 @@ def main(argv):
   command_line.check_writable(FLAGS.out, "--out", folder=False)
   config = config_from_flag(FLAGS.config)
   check_ranges(config)  # the fields used: data.*, eval.* (no model, no devices)
-  if config.eval.split not in ("validation", "test"):
-    raise ConfigError(f"eval.split must be one of ['validation', 'test'], got "
-                      f"{config.eval.split!r}")
+  choice(config.eval.split, "eval.split", corpora.HELD_OUT)
   result = reference(config, FLAGS.max_order)
   os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
   write_json(FLAGS.out, result)

@@ -42,6 +42,7 @@ from configs import base
 from configs.errors import (OVERRIDE_ERRORS, ConfigError, exit_bad_override, mesh_shape,
                             parse_flags)
 from configs.validate import eval_extensions, preflight, validate
+from data import corpora
 from data.inputs import load_splits
 from data.tokenizers import get_tokenizer
 from eval import perplexity, plots
@@ -87,7 +88,7 @@ def define_flags(argv: list[str]) -> None:
   flags.DEFINE_integer("step", -1, "Checkpoint step to evaluate; -1 = the latest.")
   flags.DEFINE_list("length_multipliers", None, "Eval lengths as multiples of train_len "
                     "(default: the run's eval.length_multipliers).")
-  flags.DEFINE_enum("split", None, ["validation", "test"], "Held-out split (default: the run's).")
+  flags.DEFINE_enum("split", None, list(corpora.HELD_OUT), "Held-out split (default: the run's).")
   distributed.define_distributed_flags()  # a pod or SLURM launch runs eval.run on every host
   flags.adopt_module_key_flags(distributed)  # so that --helpshort lists them
 

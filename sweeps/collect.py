@@ -446,21 +446,22 @@ def paired_comparisons(per_run: pd.DataFrame, summary: pd.DataFrame, column: str
   the data do not tell apart."""
   others = [k for k in keys if k not in ("scheme", "num_params")]
 
+  def same(frame: pd.DataFrame, row, columns) -> np.ndarray:
+    """The rows of `frame` equal to `row` in every one of `columns` it has (NaN equal to NaN)."""
+    mask = np.ones(len(frame), bool)
+    for k in columns:
+      if k in frame:
+        mask &= ((frame[k] == row[k]) | (frame[k].isna() & pd.isna(row[k]))).to_numpy()
+    return mask
+
   def values(row) -> dict:
-    same = np.ones(len(per_run), bool)
-    for k in keys:
-      if k in per_run:
-        same &= ((per_run[k] == row[k]) | (per_run[k].isna() & pd.isna(row[k]))).to_numpy()
-    rows = per_run[same]
+    rows = per_run[same(per_run, row, keys)]
     return dict(zip(rows["seed"], rows[column]))
 
   out = []
   for i, row in summary.iterrows():
-    same = np.ones(len(summary), bool)
-    for k in others:
-      same &= ((summary[k] == row[k]) | (summary[k].isna() & pd.isna(row[k]))).to_numpy()
     mine, parts = values(row), []
-    for j in summary.index[same]:
+    for j in summary.index[same(summary, row, others)]:
       if j == i:
         continue
       d = paired_difference(mine, values(summary.loc[j]))

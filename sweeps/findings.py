@@ -343,9 +343,9 @@ def render_paired(frame: pd.DataFrame, options: dict) -> str:
   order = sorted(frame[column].dropna().unique())
   counts, body = set(), []
   for key, rows in groups:
-    mine = _by_seed(rows, column, value)
     if rows is base[0]:
       continue
+    mine = _by_seed(rows, column, value)
     cells = [row_label(dict(zip(keys, key if isinstance(key, tuple) else (key,))))]
     for c in order:
       d = collect.paired_difference(mine.get(c, {}), reference.get(c, {}))
