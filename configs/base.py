@@ -42,6 +42,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.batch_size = 16  # global batch, sequences per step; divisible by mesh data * fsdp.
   c.data.shuffle_seed = 0  # seed of the window shuffle (independent of c.seed).
   c.data.prefetch_batches = 4  # training batches read ahead by a background thread; 0 = none.
+  c.data.bos_anchor = False  # True: every training window opens with BOS (NoPE's anchor, arXiv
+                             # 2305.19466); the text corpus only (data/pipeline.py PackedWindows).
   # Training-time position-id transform, for any scheme (evaluation always uses true positions).
   c.data.position_sampler = ml_collections.ConfigDict()
   c.data.position_sampler.kind = "none"  # "none" | "randomized" (Ruoss et al.) | "pose" (Zhu et al.).

@@ -152,7 +152,7 @@ def check_applicable(config) -> None:
   an ALiBi run; each scheme declares its fields, models/positions/<scheme>.py `config_fields`),
   an eval-time transform's field without that transform or eval.extension reading it, the
   attention temperature's form or layers without the temperature, a `data.position_sampler` field its sampler does not read, a
-  `data.task` field without a task.
+  `data.task` field without a task, `data.bos_anchor` with a task.
 
   Raises:
     ConfigError: naming the field, its value, what would ignore it and its default.
@@ -177,6 +177,9 @@ def check_applicable(config) -> None:
                         f"data.position_sampler.kind={sampler.kind!r} (only by {', '.join(kinds)});"
                         f" leave it at its default {default!r}")
   task = config.data.get("task")
+  if task is not None and task.get("name") and config.data.get("bos_anchor", False):
+    raise ConfigError(f"data.bos_anchor=True applies to the text corpus, not to "
+                      f"data.task.name={task.name!r} (its rows are whole examples); leave it False")
   if task is not None and not task.get("name"):
     for name, default in base["data"]["task"].items():
       if name != "name" and task.get(name, default) != default:

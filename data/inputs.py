@@ -154,7 +154,7 @@ def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_coun
     train = pipeline.train_dataset(  # + passkey documents if data.passkey.fraction > 0
         train_docs, tokenizer, train_len=d.train_len, batch_size=batch, seed=d.shuffle_seed,
         process_index=process_index, process_count=process_count, sampler=sampler,
-        prefetch=d.get("prefetch_batches", 4), layout=layout)
+        prefetch=d.get("prefetch_batches", 4), layout=layout, bos_anchor=d.get("bos_anchor", False))
     validation["val_loss"] = pipeline.document_windows(
         docs["validation"], tokenizer, d.train_len,
         -(-config.train.eval_tokens // max(1, len(docs["validation"]))))

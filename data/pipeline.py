@@ -94,25 +94,41 @@ def window_fields(window: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarra
 class PackedWindows:
   """A random-access source of packed training windows (a grain `RandomAccessDataSource`).
 
-  Window `i` covers stream tokens `[i * train_len, (i + 1) * train_len]` (inclusive).
+  Window `i` covers stream tokens `[i * train_len, (i + 1) * train_len]` (inclusive): its
+  inputs are tokens `i L .. (i + 1) L - 1` and its targets `i L + 1 .. (i + 1) L`. With
+  `anchor_id` (data.bos_anchor), window `i` is that token (BOS) followed by stream tokens
+  `[i L, (i + 1) L)`: inputs `BOS, i L .. (i + 1) L - 2`, targets `i L .. (i + 1) L - 1`, so every
+  window opens with the anchor at position 0 (Kazemnejad et al., arXiv 2305.19466, Section 4:
+  NoPE's first layer can recover absolute positions from a known first token; without it, 99.8%
+  of the default corpus's windows start mid-document) and every stream token is still a target
+  exactly once per epoch. The anchor starts the window's first segment: positions count from it.
 
   Attributes:
     tokens: int32 [total] token stream: an array (`pack_stream`) or a lazy `RecordTokens`.
     doc_start: bool [total], True at each BOS: an array or a lazy `RecordStarts`.
     train_len: window length L, tokens.
+    anchor_id: the token put before every window (the tokenizer's BOS), or None (no anchor).
   """
 
   tokens: np.ndarray | RecordTokens
   doc_start: np.ndarray | RecordStarts
   train_len: int
+  anchor_id: int | None = None
 
   def __len__(self) -> int:
+    if self.anchor_id is not None:
+      return len(self.tokens) // self.train_len
     return (len(self.tokens) - 1) // self.train_len
 
   def __getitem__(self, i: int) -> dict[str, np.ndarray]:
     if not 0 <= i < len(self):
       raise IndexError(i)
     lo = i * self.train_len
+    if self.anchor_id is not None:
+      hi = lo + self.train_len
+      return window_fields(
+          np.concatenate([[self.anchor_id], self.tokens[lo:hi]]).astype(np.int32),
+          np.concatenate([[True], self.doc_start[lo:hi]]))
     hi = lo + self.train_len + 1
     return window_fields(self.tokens[lo:hi], self.doc_start[lo:hi])
 
@@ -175,29 +191,32 @@ class RecordTokens:
 
 
 def packed_windows(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteTokenizer,
-                   train_len: int) -> PackedWindows:
+                   train_len: int, bos_anchor: bool = False) -> PackedWindows:
   """Packs documents (BOS before each, in order) into windows of `train_len + 1` tokens.
 
   Documents in memory are tokenized and concatenated (`pack_stream`); a `PreparedSplit` is
   packed lazily from its records (`RecordTokens`, `RecordStarts`), giving the same windows.
+  `bos_anchor`: every window opens with the tokenizer's BOS (`PackedWindows.anchor_id`).
 
   Raises:
     ValueError: a `PreparedSplit` prepared with another tokenizer than `tokenizer`.
   """
+  anchor = tokenizer.bos_id if bos_anchor else None
   if isinstance(docs, PreparedSplit):
     if docs.tokenizer != tokenizer:
       raise ValueError(f"{docs!r} was tokenized by {docs.tokenizer!r}, not {tokenizer!r}")
     offsets = record_offsets(docs.lengths)
     return PackedWindows(RecordTokens(docs, offsets, tokenizer.bos_id), RecordStarts(offsets),
-                         train_len)
-  return PackedWindows(*pack_stream(docs, tokenizer), train_len)
+                         train_len, anchor)
+  return PackedWindows(*pack_stream(docs, tokenizer), train_len, anchor)
 
 
 def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteTokenizer, *, train_len: int,
                   batch_size: int, seed: int, process_index: int = 0,
                   process_count: int = 1,
                   sampler: PositionSampler | None = None, prefetch: int | None = 4,
-                  layout: PositionLayout | None = None) -> grain.IterDataset:
+                  layout: PositionLayout | None = None,
+                  bos_anchor: bool = False) -> grain.IterDataset:
   """Infinite, shuffled, batched training data for this process.
 
   `docs` are text documents, tokenized documents, or the training split of a prepared corpus
@@ -210,7 +229,8 @@ def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToken
   process's index and the example's index in the repeated stream, so resumption reproduces them
   and every epoch draws afresh; evaluation data never goes through it. With `layout`
   (data/position_layouts.py: Abacus digits, BiPE segments), each example then gets its
-  `aux_positions` (offsets drawn the same way). `prefetch` batches are
+  `aux_positions` (offsets drawn the same way). With `bos_anchor` (data.bos_anchor) every
+  window opens with BOS (`PackedWindows`). `prefetch` batches are
   read ahead by one background thread (grain ReadOptions; 0 = read in the caller's thread):
   the batches are numpy slices of memory, so one thread keeps next() under a millisecond, and
   grain's default (None here: 16 threads, 500 batches ahead) measured up to 4% slower per step
@@ -223,7 +243,7 @@ def train_dataset(docs: Sequence[Document] | PreparedSplit, tokenizer: ByteToken
   Raises:
     ConfigError: if the documents give fewer windows than one batch.
   """
-  source = packed_windows(docs, tokenizer, train_len)
+  source = packed_windows(docs, tokenizer, train_len, bos_anchor)
   ds = grain.MapDataset.source(source)[process_index::process_count]
   if len(ds) < batch_size:
     raise ConfigError(f"the training split gives {len(ds)} windows of data.train_len={train_len} "

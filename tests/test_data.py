@@ -160,6 +160,28 @@ def test_windows_positions_and_segments_at_document_boundaries():
     src[len(src)]
 
 
+def test_anchored_windows_open_with_bos_and_score_every_stream_token_once():
+  docs = [Document("a", b"abcde"), Document("b", b"xy"), Document("c", b"pqrstuvw")]
+  tokens, starts = pipeline.pack_stream(docs, TOK)
+  B = TOK.bos_id  # stream: [B a b c d e B x y B p q r s t u v w], 18 tokens
+  src = pipeline.PackedWindows(tokens, starts, train_len=4, anchor_id=B)
+  assert len(src) == 18 // 4
+  w0 = src[0]  # [B | B a b c]: the stream's own BOS is the first target
+  assert w0["inputs"].tolist() == [B, B, *b"ab"] and w0["targets"].tolist() == [B, *b"abc"]
+  assert w0["positions"].tolist() == [0, 0, 1, 2] and w0["segment_ids"].tolist() == [1, 2, 2, 2]
+  w1 = src[1]  # [B | d e B x]: mid-document text after the anchor, then document b
+  assert w1["inputs"].tolist() == [B, *b"de", B] and w1["targets"].tolist() == [*b"de", B, *b"x"]
+  assert w1["positions"].tolist() == [0, 1, 2, 0] and w1["segment_ids"].tolist() == [1, 1, 1, 2]
+  targets = np.concatenate([src[i]["targets"] for i in range(len(src))])
+  assert targets.tolist() == tokens[:4 * len(src)].tolist()  # each stream token once, in order
+  assert all(src[i]["inputs"][0] == B for i in range(len(src)))
+  lazy = pipeline.packed_windows(docs, TOK, 4, bos_anchor=True)
+  assert lazy.anchor_id == B and len(lazy) == len(src)
+  batch = next(iter(pipeline.train_dataset(docs, TOK, train_len=4, batch_size=2, seed=0,
+                                           bos_anchor=True)))
+  assert (batch["inputs"][:, 0] == B).all() and (batch["positions"][:, 0] == 0).all()
+
+
 def test_document_windows_start_at_document_starts():
   docs = [Document("a", b"abcdefghij"), Document("b", b"xyz")]
   w = pipeline.document_windows(docs, TOK, 4)

@@ -129,6 +129,8 @@ def test_range_words_on_hand_made_ranges():
      r"\(only by pose\)"),
     ({"data.task.train_max_size": 9},
      r"data.task.train_max_size=9 applies only to an algorithmic task"),
+    ({"data.task.name": "copy", "data.train_len": 64, "data.bos_anchor": True},
+     r"data.bos_anchor=True applies to the text corpus, not to data.task.name='copy'"),
 ])
 def test_fields_the_run_would_ignore_are_refused(fields, match):
   c = base.get_config()
