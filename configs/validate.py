@@ -14,7 +14,7 @@ from configs import base as base_config
 from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list
 from configs.field_ranges import check_ranges
 from data import corpora, corpus_sources, position_samplers, tasks
-from data import retrieval_mix, ruler_words
+from data import passkey_training, retrieval_mix, ruler_words
 from data.retrieval_checks import check_retrieval
 from data.tokenizers import get_tokenizer
 from eval import suites as suites_registry
@@ -357,6 +357,7 @@ def preflight(config, *, purpose: str, mesh=None, docs=None, tokenizer=None,
     cfg.eval.extension = ext  # the results record the one extension they were computed with
     applied.append((ext, cfg))
   if purpose == "train":
+    passkey_training.check_filler_room(config)  # the training prompts' filler and depth vary
     if names != ["none"]:
       warnings.append(f"not applied: eval.extension={config.eval.extension!r}: train.py "
                       "evaluates the model as trained; run eval-time extensions with python -m "

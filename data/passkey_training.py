@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from configs.errors import ConfigError
 from data.corpora import Document
 from data.passkey import PasskeyPrompts
 from data.retrieval_prompt import RetrievalPrompt, _ids, covering_tokens, random_digits
@@ -39,6 +40,35 @@ def min_document_len(tokenizer: ByteTokenizer, *, preamble: bool, key_digits: in
   """
   prompts = PasskeyPrompts(tokenizer, preamble=preamble, key_digits=key_digits)
   return prompts.min_length + len(_ids(tokenizer, answer_suffix("9" * key_digits)))
+
+
+MIN_FILLER_SHARE = 0.25  # of train_len: the least room for filler a training document may leave
+
+
+def check_filler_room(config) -> None:
+  """Refuses passkey training whose documents leave too little room for filler.
+
+  A training document is at most `data.train_len` tokens and at least `min_document_len`: the
+  filler (hence the document's length and the needle's depth in tokens) can vary only over the
+  difference. With the preamble at train_len 256 that is 1 token (255 of 256 are fixed): every
+  training prompt then has the same layout and the needle the same position, and a model that
+  fails to retrieve beyond it says nothing about its positional scheme (the retrieval track of
+  results/context_extension_cpu.md was trained so). Required: room >= MIN_FILLER_SHARE x train_len.
+
+  Raises:
+    ConfigError: data.passkey.fraction > 0 with less room, naming the room and the fixes.
+  """
+  p, L = config.data.get("passkey"), config.data.train_len
+  if p is None or not p.fraction > 0:
+    return
+  room = L - min_document_len(ByteTokenizer(), preamble=p.preamble, key_digits=p.key_digits)
+  if room < MIN_FILLER_SHARE * L:
+    raise ConfigError(
+        f"data.passkey.fraction={p.fraction}: a passkey training document with "
+        f"data.passkey.preamble={p.preamble} and key_digits={p.key_digits} leaves {max(room, 0)} of "
+        f"data.train_len={L} tokens for filler, under a quarter ({MIN_FILLER_SHARE * L:g}): its "
+        "length and needle depth would hardly vary; set data.passkey.preamble=False, fewer "
+        "key_digits or a longer train_len")
 
 
 def _document_format(tokenizer: ByteTokenizer, train_len: int, preamble: bool,

@@ -26,6 +26,10 @@ parquet, or a study folder holding `results.parquet`. The other words are `key=v
             each run (under 1: the model uses the extra context; use it with
             protocol=sliding, where every scored token sees about a window of context), pooled
             over seeds.
+  curve     per `rows` x each training step of `steps` (comma-separated), the runs' `value`
+            (default val_loss) logged at that step in their metrics.jsonl (the run folders beside
+            the table: results/<study>/<run>/), pooled over seeds: where a training curve
+            flattens. A step a run did not log is an empty cell.
   rows      comma-separated columns whose values make a row (`scheme`, `extension`, `method`, ...).
   columns   the column whose values make the table's columns (pivot; `length`, `size`, ...).
   value     the column shown in the cells (pivot).
@@ -63,8 +67,8 @@ from runs.files import atomic_write
 from sweeps import collect
 
 BLOCK = re.compile(r"(<!-- table (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end table -->)", re.S)
-KINDS = ("pivot", "tasks", "grid", "runs", "paired", "context_use")
-OPTIONS = {"kind", "rows", "columns", "value", "digits", "baseline"}
+KINDS = ("pivot", "tasks", "grid", "runs", "paired", "context_use", "curve")
+OPTIONS = {"kind", "rows", "columns", "value", "digits", "baseline", "steps"}
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -390,6 +394,37 @@ def render_context_use(frame: pd.DataFrame, options: dict) -> str:
           "extra context lowers the loss). " + spread_note(counts) + "\n")
 
 
+def render_curve(frame: pd.DataFrame, options: dict, study_dir: str) -> str:
+  """kind=curve (module docstring): `value` at each of `steps`, from the runs' metrics.jsonl."""
+  from sweeps.training_figures import TRAINING_KEYS, read_training_curves
+  value = options.get("value", "val_loss")
+  if value not in TRAINING_KEYS:
+    raise ConfigError(f"kind=curve: value={value!r}; choose one of {TRAINING_KEYS}")
+  try:
+    steps = [int(s) for s in options.get("steps", "").split(",")]
+  except ValueError:
+    steps = []
+  if not steps or min(steps) < 0:
+    raise ConfigError(f"kind=curve needs steps=<comma-separated training steps>, not "
+                      f"{options.get('steps')!r}")
+  curves = read_training_curves(study_dir, frame)
+  if curves.empty:
+    raise ConfigError(f"kind=curve: no run of the table has a metrics.jsonl under {study_dir}")
+  digits = int(options.get("digits", 3))
+  keys, groups = _rows_of(frame, options)
+  counts, body = set(), []
+  for key, rows in groups:
+    at_run = curves[curves["run"].isin(set(rows["run"])) & curves[value].notna()]
+    cells = [row_label(dict(zip(keys, key if isinstance(key, tuple) else (key,))))]
+    for step in steps:
+      text, n = pooled(at_run[at_run["step"] == step][value].tolist(), digits)
+      counts.add(n) if n else None
+      cells.append(text)
+    body.append(cells)
+  header = [row_header(keys)] + [f"step {s:,}" for s in steps]
+  return markdown(header, body) + "\n" + spread_note(counts) + "\n"
+
+
 RENDER = {"pivot": render_pivot, "tasks": render_tasks, "grid": render_grid, "runs": render_runs,
           "paired": render_paired, "context_use": render_context_use}
 
@@ -401,7 +436,11 @@ def render_block(page: str, spec: str) -> str:
     ConfigError: the block cannot be rendered (one line naming what is wrong).
   """
   path, options, filters = parse_spec(spec)
-  frame = select(read_table(os.path.join(os.path.dirname(os.path.abspath(page)), path)), filters)
+  table = os.path.join(os.path.dirname(os.path.abspath(page)), path)
+  frame = select(read_table(table), filters)
+  if options["kind"] == "curve":
+    from sweeps.training_figures import runs_folder
+    return render_curve(frame, options, runs_folder(table))
   return RENDER[options["kind"]](frame, options)
 
 

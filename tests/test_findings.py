@@ -4,8 +4,6 @@ pools seeds as it says (hand-made tables with hand-computed cells)."""
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -32,10 +30,10 @@ def test_check_flags_a_page_whose_table_was_edited_by_hand(tmp_path):
       "<!-- table addition_grid_cpu", f"<!-- table {os.path.join(ROOT, 'results', 'addition_grid_cpu')}"))
   assert findings.stale_pages([str(page)]) == []
   page.write_text(page.read_text().replace("| `rope` | 0.275", "| `rope` | 0.975"))
-  cli = [sys.executable, "-m", "sweeps.findings", "--check", str(page)]
-  proc = subprocess.run(cli, cwd=ROOT, capture_output=True, text=True, timeout=300)
+  cli = ["-m", "sweeps.findings", "--check", str(page)]
+  proc = forked.run(cli, cwd=ROOT, timeout=300)
   assert proc.returncode == 1 and f"stale: {page}" in proc.stdout, proc.stdout + proc.stderr
-  proc = subprocess.run(cli[:3] + [str(page)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  proc = forked.run(cli[:2] + [str(page)], cwd=ROOT, timeout=300)
   assert proc.returncode == 0 and "| `rope` | 0.275" in page.read_text()
 
 
@@ -90,6 +88,32 @@ def test_paired_differences_and_context_use_by_hand(tmp_path):
   at = lines.index("| scheme | 512 / 256 |")
   assert lines[at + 2] == "| `a` | 1.400 ± 0.497 |"
   assert lines[at + 4] == "| `c` | 1.062 (1.000-1.125) |"
+
+
+def test_curve_cells_are_the_logged_validation_losses_by_hand(tmp_path):
+  # runs a0, a1 (scheme a, seeds 0 and 1) and b0 log val_loss at steps 150 and 300; b0 stops
+  # before step 450, where the a runs log 1.0 and 1.5
+  logged = {"a0": {150: 2.0, 300: 1.5, 450: 1.0}, "a1": {150: 3.0, 300: 2.5, 450: 1.5},
+            "b0": {150: 4.0, 300: 3.0}}
+  for run, losses in logged.items():
+    os.makedirs(tmp_path / run)
+    with open(tmp_path / run / "metrics.jsonl", "w") as f:
+      for step, loss in losses.items():
+        f.write(json.dumps({"step": step - 1, "loss": 9.0}) + "\n")  # a training record
+        f.write(json.dumps({"step": step, "val_loss": loss}) + "\n")
+  frame = ppl_table({"a": [(5.0, 6.0), (5.0, 6.0)], "b": [(5.0, 6.0)]})
+  frame.to_parquet(tmp_path / "results.parquet")
+  page = tmp_path / "p.md"
+  page.write_text("<!-- table . kind=curve rows=scheme steps=150,450 -->\n<!-- end table -->\n")
+  lines = findings.render_page(str(page)).splitlines()
+  assert lines[1] == "| scheme | step 150 | step 450 |"
+  assert lines[3] == "| `a` | 2.500 (2.000-3.000) | 1.250 (1.000-1.500) |"
+  assert lines[4] == "| `b` | 4.000 |  |"
+  for spec, message in [(". kind=curve rows=scheme", "needs steps="),
+                        (". kind=curve steps=150 value=ppl", "value='ppl'")]:
+    page.write_text(f"<!-- table {spec} -->\n<!-- end table -->\n")
+    with pytest.raises(ConfigError, match=message):
+      findings.render_page(str(page))
 
 
 def test_filters_and_bad_blocks_are_one_line_errors(tmp_path):

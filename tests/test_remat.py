@@ -37,8 +37,8 @@ def test_remat_keeps_the_loss_and_the_gradients(text_corpus):
     np.testing.assert_allclose(loss, reference[0], rtol=1e-6)
     flat, ref_flat = jax.tree.leaves(grads), jax.tree.leaves(reference[1])
     assert len(flat) == len(ref_flat)
-    for g, r in zip(flat, ref_flat):
-      np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-7)
+    for g, r in zip(flat, ref_flat):  # float32 rounding: the recomputed forward's fusions
+      np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)  # may sum in another order
 
 
 def test_remat_lowers_the_train_steps_temporaries():

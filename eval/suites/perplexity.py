@@ -81,12 +81,12 @@ def scored_text(doc_tokens: Sequence[int], lengths: Sequence[int], *, protocol: 
     {"same_text": every document gives the same targets at every length, "common_tokens": the
     targets scored at every length (per document the fewest any length scores, summed)}.
   """
+  if not len(lengths):  # every length skipped (e.g. beyond a learned position table)
+    return {"same_text": True, "common_tokens": 0}
   per_doc = (None if max_tokens_per_length <= 0
              else -(-max_tokens_per_length // max(1, len(doc_tokens))))
   counts = np.array([[scored_targets(n, L, protocol=protocol, stride=stride, per_doc=per_doc)
                       for n in doc_tokens] for L in lengths], np.int64).reshape(len(lengths), -1)
-  if not len(lengths):
-    return {"same_text": True, "common_tokens": 0}
   return {"same_text": bool((counts == counts[:1]).all()),
           "common_tokens": int(counts.min(axis=0).sum())}
 
