@@ -3,6 +3,7 @@
 import glob
 import importlib.util
 import os
+import re
 
 import jax
 import pytest
@@ -158,3 +159,28 @@ def test_a_repeated_override_takes_its_last_value_tuples_too():
       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
   assert out.returncode == 0, out.stderr
   assert out.stdout.split() == ["(4,", "8)", "48"]  # not (1, 2, 4, 8)
+
+
+def _assignment_comment(source: str, field: str) -> str:
+  """The text of configs/base.py from `c.<field> = ` to the next `c.` assignment."""
+  start = source.index(f"  c.{field} = ")
+  end = source.index("\n  c.", start + 1)
+  return source[start:end]
+
+
+def test_the_comments_and_docs_name_every_registered_suite_and_extension():
+  from eval import suites
+  from models import extensions
+  source = open(os.path.join(ROOT, "configs", "base.py")).read()
+  docs = open(os.path.join(ROOT, "docs", "evaluation.md")).read()
+  section = docs[docs.index("## Suites and result files"):docs.index("## Protocols")]
+  for name in suites.REGISTRY:
+    assert name in _assignment_comment(source, "eval.suites"), name
+    assert f"`{name}`" in section, name
+  for name in extensions.EXTENSIONS:
+    assert re.search(rf"\b{name}\b", _assignment_comment(source, "eval.extension")), name
+    assert f"`{name}`" in section, name
+  for name, ext in extensions.EXTENSIONS.items():  # the methods that read eval.factor
+    if ext.records_factor:
+      assert re.search(rf"\b{name}\b", _assignment_comment(source, "eval.factor")), name
+      assert re.search(rf"\b{name}\b", section[section.index("`_x<s>`"):][:200]), name
