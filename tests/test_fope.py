@@ -44,8 +44,12 @@ def test_fope_rotation_is_the_listings_fourier_series():
   """q' pair d: (q1 c_d - q2 s_d, q2 c_d + q1 s_d), c_d(t) = sum_m cos(w_m t) C[h,m,d] / sum_m
   C[h,m,d] (s alike with S), pairs >= P with c = s = 1; the same seed gives the same C, S."""
   scheme = FoPE(fope_cfg(fope_seed=3), DIMS, rngs=None)
+  # C then S drawn from the seed as the authors' code draws them (independently of
+  # fope_coefficients): xavier-normal [2 heads, 3 frequencies, 3 pairs], std = 0.3 sqrt(2 / (9 +
+  # 6)), plus the eye (M' = P: 1 at [m, m])
   rng = np.random.default_rng(3)
-  cos_c, sin_c = (fope_coefficients(2, 3, 3, 0.3, rng) for _ in range(2))
+  cos_c, sin_c = (rng.normal(0.0, 1.0, (2, 3, 3)) * 0.3 * math.sqrt(2 / 15) + np.eye(3)
+                  for _ in range(2))
   freqs = fope_frequencies(16, 10000.0, 64)
   q = np.random.default_rng(1).normal(size=(1, 3, 2, 16)).astype(np.float32)
   pos = np.array([[0, 5, 700]], np.int32)
