@@ -220,9 +220,9 @@ def train_loop(config, state, step: int, step_fn, inputs, ckpt: TrainCheckpoints
       step += 1
       nonfinite.note(metrics["nonfinite"], step)
       interval_steps += 1
-      bar.update(1)
       if step % t.log_every_steps == 0 or step == last_step:
         metrics = jax.device_get(metrics)  # the only host sync of the loop
+        bar.update(step - bar.n)  # steps done, not dispatched: a steady rate and ETA
         nonfinite_steps = check_finite(step)
         record = step_record(
             step, metrics, step_time=(time.perf_counter() - interval_start) / interval_steps,
