@@ -5,7 +5,7 @@ enough that validation loss has flattened"; the context-extension parents' 900 s
 (RoPE's validation loss 2.008, 1.783, 1.686 at steps 300, 600, 900: still falling at 4.5 tokens
 per parameter). This study measures it: configs/alibi_tiny.py (0.82M parameters, Shakespeare
 bytes only, train_len 256, 16 x 256 tokens per step, learning rate 3e-3, 50 warmup steps, cosine
-decay to the last step) trained for 3,600 steps (14.7M tokens, about 3.2 epochs of the training
+decay to the last step) trained for 3,600 steps (14.7M tokens, about 3.6 epochs of the training
 plays), validation loss every 150 steps, for RoPE (the scheme that fits fastest in the committed
 runs) and NoPE (the slowest: 12.7 against 7.4 at 1x in pe_extrapolation_cpu), seed 0 each.
 The final evaluation (non-overlapping windows, 0.5x..4x, loss by position) gives NoPE's gap at
@@ -19,9 +19,10 @@ then). Read the curve for where it stops falling, not as the loss of shorter bud
   python -m sweeps.collect workdirs/sweeps/budget_cpu
 
 Time: 14.7M tokens per run. Two runs side by side train about 3,300 tokens/s each on 2 free
-cores (measured with pe_extrapolation_cpu), so about 75 min for the study; started on
-2026-12-07 while another job shared the cores, each ran at ~2,100 tokens/s (about 2 h), and was
-stopped at step ~50 for the session's end: not run yet.
+cores (measured with pe_extrapolation_cpu), so about 75 min for the study. Run on 2026-12-07
+from 02:31 UTC, stopped (SIGSTOP) during two 20-minute test-suite runs and sharing the cores with
+a third and with a new user's trial: 2.5 h of wall time; steps took 1.3-2 s side by side with
+other work, about 1 s without. Results: results/budget_cpu.md.
 """
 
 from sweeps.study import Study, cross, product, zip_
