@@ -331,11 +331,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     # --- final validation, then the suites on the model as trained
     final = validate_fn(step, state["params"])
     writer.close()
-    per = "answer byte" if inputs.loss_unit == "answer token" else "byte"
-    windows = inputs.validation["val_loss"]  # train.eval_tokens of text: not the suites' text
-    scored = int((windows["weights"] > 0).sum()) if "weights" in windows else windows["targets"].size
-    chief_print(f"final {inputs.describe(final)} ({final['val_bits_per_byte']:.4f} bits/{per}; "
-                f"{scored:,} targets, train.eval_tokens)")
+    chief_print(f"final {inputs.describe_final(final)}")
     ctx = Context(config, workdir, spec, mesh, state["params"], step, docs, tokenizer,
                   extra={"final_validation_loss": final["val_loss"]})
     results = {}

@@ -108,6 +108,16 @@ class Inputs:
             + (f"; retrieval answers {mix:.3f} nats/token (near 0 once the answers are copied "
                "from the needles)" if mix is not None else ""))
 
+  def describe_final(self, record: dict) -> str:
+    """`describe` plus val_loss in bits per byte (per answer byte for a task) and the number of
+    targets it scored (train.eval_tokens of held-out text: other text than the evaluation
+    suites score, so its figures differ from theirs)."""
+    windows = self.validation["val_loss"]
+    scored = int((windows["weights"] > 0).sum()) if "weights" in windows else windows["targets"].size
+    per = "answer byte" if self.loss_unit == "answer token" else "byte"
+    return (f"{self.describe(record)} ({record['val_bits_per_byte']:.4f} bits/{per}; "
+            f"{scored:,} targets, train.eval_tokens)")
+
 
 def make_inputs(config, docs, tokenizer, *, process_index: int = 0, process_count: int = 1,
                 layout: position_layouts.PositionLayout | None = None) -> Inputs:

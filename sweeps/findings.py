@@ -394,9 +394,11 @@ def render_context_use(frame: pd.DataFrame, options: dict) -> str:
           "extra context lowers the loss). " + spread_note(counts) + "\n")
 
 
-def render_curve(frame: pd.DataFrame, options: dict, study_dir: str) -> str:
-  """kind=curve (module docstring): `value` at each of `steps`, from the runs' metrics.jsonl."""
-  from sweeps.training_figures import TRAINING_KEYS, read_training_curves
+def render_curve(frame: pd.DataFrame, options: dict, table: str) -> str:
+  """kind=curve (module docstring): `value` at each of `steps`, from the metrics.jsonl of the
+  runs in the folder of `table` (the block's table path)."""
+  from sweeps.training_figures import TRAINING_KEYS, read_training_curves, runs_folder
+  study_dir = runs_folder(table)
   value = options.get("value", "val_loss")
   if value not in TRAINING_KEYS:
     raise ConfigError(f"kind=curve: value={value!r}; choose one of {TRAINING_KEYS}")
@@ -438,9 +440,8 @@ def render_block(page: str, spec: str) -> str:
   path, options, filters = parse_spec(spec)
   table = os.path.join(os.path.dirname(os.path.abspath(page)), path)
   frame = select(read_table(table), filters)
-  if options["kind"] == "curve":
-    from sweeps.training_figures import runs_folder
-    return render_curve(frame, options, runs_folder(table))
+  if options["kind"] == "curve":  # the one kind that reads the run folders beside the table
+    return render_curve(frame, options, table)
   return RENDER[options["kind"]](frame, options)
 
 
