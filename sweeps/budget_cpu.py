@@ -9,7 +9,7 @@ decay to the last step) trained for 3,600 steps (14.7M tokens, about 3.6 epochs 
 plays), validation loss every 150 steps, for RoPE (the scheme that fits fastest in the committed
 runs) and NoPE (the slowest: 12.7 against 7.4 at 1x in pe_extrapolation_cpu), seed 0 each.
 The final evaluation (non-overlapping windows, 0.5x..4x, loss by position) gives NoPE's gap at
-this budget against the 900-step default runs of results/single_runs.md.
+this budget.
 
 One cosine schedule of 3,600 steps is not four schedules of 900, 1,800, 2,700 and 3,600: the loss
 at step 900 of this run is higher than a 900-step run's (whose learning rate has decayed by

@@ -47,7 +47,7 @@ def curve_labels(frame) -> pd.Series:
              else pd.Series("", index=frame.index))
   scratch = frame[methods == ""] if (methods == "").any() else frame
   varying = [c for c in configuration_columns(frame.columns) if c.startswith("cfg.")
-             and scratch[c].nunique(dropna=False) > 1]
+             and scratch[c].astype(str).nunique() > 1]  # str: a list field reads as an array
 
   def label(row) -> str:
     parts = [str(row.get("scheme", "model"))]

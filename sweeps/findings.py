@@ -27,8 +27,9 @@ parquet, or a study folder holding `results.parquet`. The other words are `key=v
             protocol=sliding, where every scored token sees about a window of context), pooled
             over seeds.
   curve     per `rows` x each training step of `steps` (comma-separated), the runs' `value`
-            (default val_loss) logged at that step in their metrics.jsonl (the run folders beside
-            the table: results/<study>/<run>/), pooled over seeds: where a training curve
+            (default val_loss; any key of metrics.jsonl: loss, learning_rate,
+            val_passkey_answer_nll, ...) logged at that step in their metrics.jsonl (the run folders
+            beside the table: results/<study>/<run>/), pooled over seeds: where a training curve
             flattens. A step a run did not log is an empty cell.
   rows      comma-separated columns whose values make a row (`scheme`, `extension`, `method`, ...).
   columns   the column whose values make the table's columns (pivot; `length`, `size`, ...).
@@ -397,11 +398,9 @@ def render_context_use(frame: pd.DataFrame, options: dict) -> str:
 def render_curve(frame: pd.DataFrame, options: dict, table: str) -> str:
   """kind=curve (module docstring): `value` at each of `steps`, from the metrics.jsonl of the
   runs in the folder of `table` (the block's table path)."""
-  from sweeps.training_figures import TRAINING_KEYS, read_training_curves, runs_folder
+  from sweeps.training_figures import read_training_curves, runs_folder
   study_dir = runs_folder(table)
   value = options.get("value", "val_loss")
-  if value not in TRAINING_KEYS:
-    raise ConfigError(f"kind=curve: value={value!r}; choose one of {TRAINING_KEYS}")
   try:
     steps = [int(s) for s in options.get("steps", "").split(",")]
   except ValueError:
@@ -409,9 +408,12 @@ def render_curve(frame: pd.DataFrame, options: dict, table: str) -> str:
   if not steps or min(steps) < 0:
     raise ConfigError(f"kind=curve needs steps=<comma-separated training steps>, not "
                       f"{options.get('steps')!r}")
-  curves = read_training_curves(study_dir, frame)
+  curves = read_training_curves(study_dir, frame, keys=(value,))
   if curves.empty:
     raise ConfigError(f"kind=curve: no run of the table has a metrics.jsonl under {study_dir}")
+  if curves[value].isna().all():
+    raise ConfigError(f"kind=curve: value={value!r}: no run of the table logged it (keys of "
+                      "metrics.jsonl: loss, val_loss, learning_rate, grad_norm, tokens_per_s, ...)")
   digits = int(options.get("digits", 3))
   keys, groups = _rows_of(frame, options)
   counts, body = set(), []

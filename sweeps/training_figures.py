@@ -30,7 +30,8 @@ def runs_folder(path: str) -> str:
   return path if os.path.isdir(path) else (os.path.dirname(path) or ".")
 
 
-def read_training_curves(study_dir: str, frame) -> pd.DataFrame:
+def read_training_curves(study_dir: str, frame, keys: tuple[str, ...] = TRAINING_KEYS
+                         ) -> pd.DataFrame:
   """The per-step training metrics of the table's runs, read from
   `<study_dir>/<run>/metrics.jsonl` (runs/metrics.py `read_metrics`).
 
@@ -38,14 +39,15 @@ def read_training_curves(study_dir: str, frame) -> pd.DataFrame:
     study_dir: the folder holding the run folders (see `runs_folder`).
     frame: the results table; its runs (column `run`) are the runs read, their legend label is
       `curve_labels` of the model as trained among the runs that have metrics.
+    keys: the metrics.jsonl keys read (default the figure's panels, TRAINING_KEYS).
 
   Returns:
     One row per metrics.jsonl record with a step: run, label, scheme, seed, step and
-    TRAINING_KEYS (NaN where the record lacks one: validation records carry only val_loss), in
+    `keys` (NaN where the record lacks one: validation records carry only val_loss), in
     the order of the labels, then runs, then steps. A run without metrics.jsonl there has no
     rows (when no run has one: an empty frame with those columns).
   """
-  columns = ["run", "label", "scheme", "seed", "step", *TRAINING_KEYS]
+  columns = ["run", "label", "scheme", "seed", "step", *keys]
   logged = {}
   for run in dict.fromkeys(frame["run"]):
     records = [r for r in read_metrics(os.path.join(study_dir, str(run)))
@@ -59,9 +61,9 @@ def read_training_curves(study_dir: str, frame) -> pd.DataFrame:
     for _, run in runs.assign(label=curve_labels(runs)).sort_values(["label", "run"]).iterrows():
       records += [{"run": run["run"], "label": run["label"], "scheme": run.get("scheme"),
                    "seed": run.get("seed"), "step": r["step"],
-                   **{k: r.get(k) for k in TRAINING_KEYS}} for r in logged[run["run"]]]
+                   **{k: r.get(k) for k in keys}} for r in logged[run["run"]]]
   curves = pd.DataFrame.from_records(records, columns=columns)
-  for key in TRAINING_KEYS:
+  for key in keys:
     curves[key] = pd.to_numeric(curves[key], errors="coerce")
   return curves
 

@@ -206,3 +206,33 @@ def test_the_ngram_reference_quoted_in_the_index_is_the_committed_json():
   assert quoted in text
   assert (ref["train_documents"], ref["split"], ref["max_tokens_per_length"]) == (
       34, "validation", 65536) and f"{ref['train_bytes'] / 1e6:.2f}M" == "4.05M"
+
+
+PAGES = sorted(os.path.join(RESULTS, n) for n in os.listdir(RESULTS) if n.endswith(".md"))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=os.path.basename)
+def test_every_decimal_of_each_findings_page_is_in_its_committed_data(page):
+  """sweeps/prose_numbers.py: each decimal of the prose equals, at its written precision, a cell of
+  the page's rendered tables or a number of a committed file it links to."""
+  from sweeps import prose_numbers
+  assert prose_numbers.unsourced(page) == []
+
+
+def test_the_prose_check_flags_a_hand_computed_number_and_nothing_else(tmp_path):
+  """A hand-made page: table cells and a linked JSON source numbers; a difference computed by hand,
+  a number beyond rounding and a number in prose but not in the data are flagged; code, arXiv ids,
+  comments and integers are not checked."""
+  from sweeps import prose_numbers
+  (tmp_path / "ref.json").write_text(json.dumps({"rows": [{"ppl": 28.6171}, {"ok": True}]}))
+  page = tmp_path / "page.md"
+  page.write_text(
+      "# p\n\n<!-- table x.parquet rows=scheme -->\n| s | 1x |\n|---|---|\n"
+      "| `rope` | 4.2336 (4.10-4.37) |\n<!-- end table -->\n\n"
+      "RoPE 4.23 (4.10-4.37), bigram 28.62 ([ref](ref.json)); arXiv 2108.12409; `lr 3.5e-3`, "
+      "`4.5 tokens`; <!-- 9.99 --> 3,600 steps, 53 of 55.\n"
+      "The gap is 0.13; RoPE 4.24; NoPE 5.34.\n")
+  assert prose_numbers.unsourced(str(page)) == [f"{page}:10: 0.13", f"{page}:10: 4.24",
+                                                f"{page}:10: 5.34"]
+  assert prose_numbers.matches("1.464", [1.46374]) and prose_numbers.matches("1.464", [-1.4641])
+  assert not prose_numbers.matches("1.464", [1.4626])
