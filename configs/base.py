@@ -182,6 +182,10 @@ def get_config() -> ml_collections.ConfigDict:
   # ---------------------------------------------------------------- evaluation
   c.eval = ml_collections.ConfigDict()
   c.eval.split = "validation"  # held-out split for perplexity vs length: "validation" | "test".
+  c.eval.step = -1  # eval.run: -1 = the latest checkpoint (or --step); N >= 0 = checkpoint N, and
+                    # every result file is tagged `_step<N>` so that several checkpoints' results
+                    # sit side by side (a fine-tuning curve on the test split; a study's eval
+                    # points set it). train.py's final evaluation refuses N >= 0.
   c.eval.length_multipliers = (0.5, 1.0, 2.0, 4.0, 8.0)  # eval lengths, multiples of train_len.
   c.eval.max_tokens_per_length = 65536  # tokens scored per length (document prefixes); 0 = all.
   c.eval.batch_tokens = 16384  # tokens per forward batch (bounds eval memory).

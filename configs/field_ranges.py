@@ -231,6 +231,7 @@ FIELD_RANGES: dict[str, Range] = {
     "eval.factor": POSITIVE_REAL,
     "eval.window": AUTO_LEN,
     "eval.stride": COUNT,
+    "eval.step": Int(0, also=((-1, "the latest checkpoint"),)),
     "eval.position_bins": COUNT,
     "eval.*.depths": Float(0, 1, each=True),
     "eval.*.trials": POSITIVE,

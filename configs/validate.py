@@ -358,6 +358,9 @@ def preflight(config, *, purpose: str, mesh=None, docs=None, tokenizer=None,
     applied.append((ext, cfg))
   if purpose == "train":
     passkey_training.check_filler_room(config)  # the training prompts' filler and depth vary
+    if config.eval.get("step", -1) != -1:
+      raise ConfigError(f"eval.step={config.eval.step}: train.py evaluates its final checkpoint; "
+                        "eval.step (-1, or a checkpoint step >= 0) is for python -m eval.run")
     if names != ["none"]:
       warnings.append(f"not applied: eval.extension={config.eval.extension!r}: train.py "
                       "evaluates the model as trained; run eval-time extensions with python -m "

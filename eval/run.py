@@ -161,14 +161,16 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
   Suites are `eval.suites` (the registry in eval/suites/), extensions `eval.extension`
   (comma-separated; "none" is the model as trained). Each (suite, extension) writes
   `<workdir>/eval/<suite><suffix>.{json,png}` with suffix "" for "none", else
-  `_<extension>[_x<eval.factor>]` (`extensions.extension_suffix`; perplexity files then add
-  `_sliding[_s<stride>]` under the sliding protocol, so both protocols' results are kept).
+  `_<extension>[_x<eval.factor>]` (`extensions.extension_suffix`), then `_step<N>` when
+  `eval.step` = N >= 0 names the checkpoint (results of several checkpoints side by side; the
+  results record `step_tag`); perplexity files then add `_sliding[_s<stride>]` under the sliding
+  protocol, so both protocols' results are kept.
   `ppl_vs_length.png` is then redrawn with one curve per ppl_vs_length result of this step,
   split and protocol in `<workdir>/eval/` (the extensions as extra curves).
 
   Args:
     workdir: training run directory.
-    step: checkpoint step (None = latest).
+    step: checkpoint step (None = latest; `eval.step` >= 0 names it too, and tags the files).
     length_multipliers: eval lengths as multiples of train_len (None = the run's); lengths given
       here must be representable by the scheme.
     split: "validation" | "test" (None = the run's `eval.split`).
@@ -179,7 +181,8 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
 
   Raises:
     ConfigError: no config/checkpoint, a checkpoint that does not match the model, no readable
-      checkpoint (or an unreadable `step`), a run held by a live process, an eval/ folder that
+      checkpoint (or an unreadable `step`), `step` and `eval.step` naming different
+      checkpoints, a run held by a live process, an eval/ folder that
       cannot be written, an unknown suite or extension, an extension that does not fit the
       scheme, lengths the scheme cannot represent or (asked for explicitly) that no held-out
       document reaches, or bad multipliers; all before compilation. Also when no evaluation length's
@@ -187,6 +190,11 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
       does not fit is skipped, its reason in the result).
   """
   config, changed = eval_config(workdir, config, length_multipliers, split)
+  tag = suites_base.step_tag(config)
+  if tag is not None:
+    if step is not None and step != tag:
+      raise ConfigError(f"--step={step} and eval.step={tag} name different checkpoints; give one")
+    step = tag
   devices = jax.devices()
   try:
     mesh_shape(config.mesh, len(devices))
@@ -213,6 +221,7 @@ def evaluate(workdir: str, step: int | None = None, length_multipliers=None,
     for ev in plan.evaluations:
       suffix = extensions.extension_suffix(ev.extension, config.eval.factor,
                                            config.eval.get("window", -1), changed.get(ev.extension))
+      suffix += f"_step{tag}" if tag is not None else ""
       ctx = Context(ev.config, workdir, ev.spec, mesh, params, step, docs, tokenizer, suffix,
                     extra=extra)
       for suite in plan.suites:

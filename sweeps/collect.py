@@ -15,8 +15,9 @@ writes, atomically (runs/files.py):
       for a run from scratch), the config fields
       that vary between runs
       (`cfg.<dotted field>`), the final losses, then per result suite, extension,
-      extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file and
-      per length:
+      extension_factor, protocol, stride (eval.stride of a sliding evaluation), step, file (and,
+      in a study with results tagged by `eval.step`, step_tag and split: the tagged results of
+      several checkpoints, which the summary leaves out) and per length:
         ppl_vs_length     length, multiplier, nll (nats/token), ppl, bits_per_byte (summed
                           NLL / bytes / ln 2; empty for SentencePiece results written before
                           rows counted bytes), tokens, bytes (of text the scored tokens stand
@@ -286,6 +287,8 @@ def collect(study_dir: str) -> pd.DataFrame:
       head = {"suite": key.suite, "extension": key.extension, "extension_factor": key.factor,
               "protocol": key.protocol, "stride": key.stride, "step": result.get("step"),
               "file": name}
+      if key.step is not None:  # a checkpoint's result tagged by eval.step (eval/run.py)
+        head.update(step_tag=key.step, split=result.get("split"))
       try:
         rows = _result_rows(result, flat.get("data.train_len") or 1)
       except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -323,6 +326,8 @@ def summarize(frame: pd.DataFrame, compare_multiplier: int = 8) -> pd.DataFrame:
   (`paired_comparisons`)."""
   config_cols = configuration_columns(frame.columns)
   ppl = frame[frame["suite"] == "ppl_vs_length"]
+  if "step_tag" in ppl:  # the final checkpoint's results; tagged ones are curves over steps
+    ppl = ppl[ppl["step_tag"].isna()]
   per_run = []
   for (run, ext, factor, protocol), rows in ppl.groupby(
       ["run", "extension", "extension_factor", "protocol"], dropna=False):

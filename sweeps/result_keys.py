@@ -38,6 +38,8 @@ class ResultKey(NamedTuple):
   factor: eval.factor of the extension (1.0 for "none").
   protocol: perplexity suites: "non_overlapping" | "sliding"; None for the others.
   stride: sliding protocol: eval.stride (0 = length // 2); None otherwise.
+  step: the checkpoint step of a result tagged by `eval.step` (files `*_step<N>.json`, the
+    JSON's `step_tag`); None for the results of the final checkpoint.
   """
 
   suite: str
@@ -45,6 +47,7 @@ class ResultKey(NamedTuple):
   factor: float
   protocol: str | None
   stride: int | None
+  step: int | None = None
 
   def describe(self) -> str:
     """e.g. `ppl_vs_length (extension yarn x4, protocol sliding, stride 0)`."""
@@ -54,16 +57,20 @@ class ResultKey(NamedTuple):
       parts.append(f"protocol {self.protocol}")
     if self.stride is not None:
       parts.append(f"stride {self.stride}")
+    if self.step is not None:
+      parts.append(f"checkpoint {self.step}")
     return f"{self.suite} ({', '.join(parts)})"
 
 
 def make_key(suite: str, extension: str, factor: float, protocol: str | None,
-             stride: int | None) -> ResultKey:
-  """A ResultKey with the fields that do not apply to `suite` / `extension` cleared."""
+             stride: int | None, step: int | None = None) -> ResultKey:
+  """A ResultKey with the fields that do not apply to `suite` / `extension` cleared (`step`:
+  the eval.step tag, None or a negative value for none)."""
   ppl = _per_protocol(suite)
   protocol = (protocol or "non_overlapping") if ppl else None
   return ResultKey(suite, extension, applied_factor(extension, factor), protocol,
-                   int(stride or 0) if protocol == "sliding" else None)
+                   int(stride or 0) if protocol == "sliding" else None,
+                   int(step) if step is not None and step >= 0 else None)
 
 
 def result_key(result: Mapping[str, Any]) -> ResultKey | None:
@@ -72,14 +79,14 @@ def result_key(result: Mapping[str, Any]) -> ResultKey | None:
   if not isinstance(suite, str):
     return None
   return make_key(suite, result.get("extension", "none"), result.get("extension_factor", 1.0),
-                  result.get("protocol"), result.get("stride"))
+                  result.get("protocol"), result.get("stride"), result.get("step_tag"))
 
 
 def _settings(config: ml_collections.ConfigDict, key: ResultKey) -> str:
   """The eval settings that shape the result `key` (canonical JSON), to tell two evaluation
   points that would write different results under one key."""
   e = config.eval.to_dict()
-  drop = set(NO_RESULT_FIELDS)
+  drop = set(NO_RESULT_FIELDS) | {"step"}  # the key holds the step
   if key.extension == "none":
     drop |= {"factor", "window"}
   if not _per_protocol(key.suite):

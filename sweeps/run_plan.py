@@ -144,6 +144,32 @@ def _point_base(point: Mapping[str, Any], cache: dict, where: str
   return cache[arg]
 
 
+def check_kept_step(name: str, cfg: ml_collections.ConfigDict) -> None:
+  """An evaluation point's `eval.step` = N must be a checkpoint the run writes and still holds
+  when its evaluations run (after training): N <= train.num_steps, a multiple of
+  train.checkpoint_every_steps (or the last step), and among the train.max_to_keep newest
+  checkpoints.
+
+  Raises:
+    StudyError: one line naming the run, the fields and the values that would keep it.
+  """
+  step = int(cfg.eval.get("step", -1))
+  if step < 0:
+    return
+  t = cfg.train
+  last, every = int(t.num_steps), int(t.checkpoint_every_steps)
+  if step > last or (step % every and step != last):
+    raise StudyError(f"run {name!r}: eval.step={step} is not a checkpoint of the run (steps "
+                     f"{every}, {2 * every}, ... and {last}: train.checkpoint_every_steps={every}, "
+                     f"train.num_steps={last})")
+  kept = sorted({*range(every, last + 1, every), last})[-int(t.max_to_keep):]
+  if step not in kept:
+    need = len([s for s in {*range(every, last + 1, every), last} if s >= step])
+    raise StudyError(f"run {name!r}: eval.step={step} is deleted before the evaluations run "
+                     f"(train.max_to_keep={t.max_to_keep} keeps steps {kept[0]}..{last}); set "
+                     f"train.max_to_keep >= {need} in the study's common fields")
+
+
 def _plan_run(name: str, overrides: dict, config: ml_collections.ConfigDict,
               common_eval: dict, eval_points: list[dict]) -> Run:
   """Works out the eval.run invocations a run needs beyond train.py's own final evaluation.
@@ -154,7 +180,8 @@ def _plan_run(name: str, overrides: dict, config: ml_collections.ConfigDict,
 
   Raises:
     StudyError: two evaluation points ask for one result with different settings (they would
-      overwrite each other).
+      overwrite each other), or a point's eval.step names a checkpoint the run will not keep
+      (`check_kept_step`).
   """
   given: dict[ResultKey, tuple[str, str]] = {}
   for key in train_results(config):
@@ -163,13 +190,15 @@ def _plan_run(name: str, overrides: dict, config: ml_collections.ConfigDict,
   for index, point in enumerate(eval_points):
     fields = {**common_eval, **point}
     cfg = apply_overrides(config, fields)
+    check_kept_step(name, cfg)
     suites = eval_point_suites(cfg)
     needed: dict[tuple[str, ...], list[str]] = {}
     keys: dict[tuple[str, ...], list[ResultKey]] = {}
     for extension in eval_extensions(cfg):
       todo = []
       for suite in suites:
-        key = make_key(suite, extension, cfg.eval.factor, cfg.eval.protocol, cfg.eval.stride)
+        key = make_key(suite, extension, cfg.eval.factor, cfg.eval.protocol, cfg.eval.stride,
+                       cfg.eval.get("step", -1))
         settings = _settings(cfg, key)
         where = f"evaluation point {point or '{}'}"
         if key in given:
@@ -185,8 +214,8 @@ def _plan_run(name: str, overrides: dict, config: ml_collections.ConfigDict,
       if todo:
         needed.setdefault(tuple(todo), []).append(extension)
         keys.setdefault(tuple(todo), []).extend(
-            make_key(s, extension, cfg.eval.factor, cfg.eval.protocol, cfg.eval.stride)
-            for s in todo)
+            make_key(s, extension, cfg.eval.factor, cfg.eval.protocol, cfg.eval.stride,
+                     cfg.eval.get("step", -1)) for s in todo)
     for suites_needed, extensions in needed.items():
       cmd_fields = {**fields, "eval.suites": ",".join(suites_needed),
                     "eval.extension": ",".join(extensions)}

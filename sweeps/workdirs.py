@@ -27,8 +27,10 @@ def join(root: str, *parts: str) -> str:
 
 
 def present_results(workdir: str, step: int) -> set[ResultKey]:
-  """Keys of the results in `<workdir>/eval/` computed at checkpoint `step`."""
-  return {result_key(r) for _, r in read_results(workdir) if r.get("step") == step}
+  """Keys of the results in `<workdir>/eval/` computed at checkpoint `step`, and of those
+  tagged by `eval.step` (computed at the checkpoint their tag names)."""
+  return {result_key(r) for _, r in read_results(workdir)
+          if r.get("step") == (step if r.get("step_tag") is None else r["step_tag"])}
 
 
 @dataclasses.dataclass(frozen=True)

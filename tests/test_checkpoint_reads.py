@@ -171,3 +171,56 @@ def test_eval_cli_mistakes_give_one_line(parent, args, message):
                     timeout=120)
   assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
   assert re.match(message, proc.stderr.strip()), proc.stderr
+
+
+def test_eval_step_tags_the_files_so_several_checkpoints_results_sit_side_by_side(parent,
+                                                                                 tmp_path):
+  """eval.step = 2 evaluates checkpoint 2 into `*_step2.json` (step_tag 2), beside the final
+  checkpoint's untagged results (nothing moved to earlier/); the launcher's completeness check
+  finds both; --step naming another checkpoint, and train.py, refuse it; a study point naming a
+  checkpoint the run will not keep is refused before launch."""
+  from sweeps import workdirs
+  from sweeps.overrides import StudyError
+  from sweeps.result_keys import make_key
+  from sweeps.run_plan import check_kept_step
+  from configs.validate import preflight
+  run = copy_of(parent, tmp_path)
+  config = load_run_config(run)
+  config.eval.step = 2
+  out = eval_run.evaluate(run, config=config)
+  assert list(out) == ["ppl_vs_length_step2"]
+  tagged = json.load(open(f"{run}/eval/ppl_vs_length_step2.json"))
+  assert (tagged["step"], tagged["step_tag"]) == (2, 2)
+  assert json.load(open(f"{run}/eval/loss_by_position_step2.json"))["step_tag"] == 2
+  final = json.load(open(f"{run}/eval/ppl_vs_length.json"))
+  assert final["step"] == 4 and "step_tag" not in final and not os.path.exists(f"{run}/eval/earlier")
+  assert tagged["rows"][0]["nll"] != final["rows"][0]["nll"]  # another checkpoint's parameters
+  present = workdirs.present_results(run, 4)
+  for step in (None, 2):
+    assert make_key("ppl_vs_length", "none", 1.0, "non_overlapping", 0, step) in present
+  assert make_key("ppl_vs_length", "none", 1.0, None, None, 2).describe() == (
+      "ppl_vs_length (extension none, protocol non_overlapping, checkpoint 2)")
+  # Collected: the tagged rows carry step_tag and split; the summary is the final checkpoint's.
+  from sweeps import collect
+  frame = collect.collect(str(tmp_path))
+  ppl = frame[frame["suite"] == "ppl_vs_length"]
+  assert sorted(ppl["step"]) == [2, 4] and ppl.set_index("step")["step_tag"].fillna(-1).to_dict(
+      ) == {2: 2, 4: -1} and ppl.set_index("step").loc[2, "split"] == "validation"
+  summary = collect.summarize(frame)
+  assert summary["ppl_1x_mean"].tolist() == [final["rows"][0]["ppl"]]
+  with no_compilation(), pytest.raises(ConfigError, match=r"^--step=4 and eval.step=2 name "
+                                       "different checkpoints; give one$"):
+    eval_run.evaluate(run, step=4, config=config)
+  with pytest.raises(ConfigError, match=r"^eval.step=2: train.py evaluates its final checkpoint"):
+    preflight(config, purpose="train")
+  plan = load_run_config(run)
+  plan.train.num_steps, plan.train.checkpoint_every_steps, plan.train.max_to_keep = 720, 45, 2
+  for step, message in ((50, r"eval.step=50 is not a checkpoint of the run \(steps 45, 90, ..."),
+                        (900, r"eval.step=900 is not a checkpoint"),
+                        (630, r"eval.step=630 is deleted .* keeps steps 675..720\); set "
+                              r"train.max_to_keep >= 3 in the study's common fields$")):
+    plan.eval.step = step
+    with pytest.raises(StudyError, match=message):
+      check_kept_step("r", plan)
+  plan.eval.step, plan.train.max_to_keep = 45, 16
+  check_kept_step("r", plan)

@@ -15,7 +15,7 @@ import numpy as np
 from configs.errors import ConfigError
 from data import tasks
 from eval import algorithmic, perplexity
-from eval.suites.base import TASK, Context, Suite, write_result
+from eval.suites.base import TASK, Context, Suite, recorded_step, write_result
 from models import extensions
 from runs.workdir import config_hash
 
@@ -59,7 +59,7 @@ class Algorithmic(Suite):
                                         skip_reason=reason, **common)
     example = task.example(3, np.random.default_rng(0))
     result = {
-        "suite": SUITE, "task": t.name, "scheme": kind, "step": int(ctx.step),
+        "suite": SUITE, "task": t.name, "scheme": kind, **recorded_step(ctx),
         **extensions.extension_header(config, None if ctx.suffix else "none"),
         "config_hash": config_hash(config), "size_unit": task.size_unit,
         "format": (f"BOS prompt answer EOS, bytes; e.g. size 3: {example.prompt.decode()!r} -> "

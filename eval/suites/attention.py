@@ -8,7 +8,7 @@ import json
 
 from configs.errors import eval_lengths
 from eval import attention_stats, perplexity, plots
-from eval.suites.base import TEXT, Context, Suite, multiplier, write_result
+from eval.suites.base import TEXT, Context, Suite, multiplier, recorded_step, write_result
 from models import extensions
 from runs.workdir import config_hash
 
@@ -36,7 +36,7 @@ class Attention(Suite):
     for row in rows:
       row["multiplier"] = row["length"] / config.data.train_len
     result = {
-        "suite": "attention", "scheme": config.model.position.kind, "step": int(ctx.step),
+        "suite": "attention", "scheme": config.model.position.kind, **recorded_step(ctx),
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "train_len": config.data.train_len, "split": config.eval.split,
         "documents": len(split_docs), "windows": windows,

@@ -218,6 +218,19 @@ def write_result(workdir: str, name: str, result: dict,
     plot(result, os.path.join(out, f"{name}.png"))
 
 
+def step_tag(config) -> int | None:
+  """The checkpoint step that tags result files (`eval.step` >= 0), or None (the latest)."""
+  step = int(config.eval.get("step", -1))
+  return step if step >= 0 else None
+
+
+def recorded_step(ctx: Context) -> dict:
+  """The step fields of every result: `step` (the checkpoint's), and `step_tag` when the files
+  are tagged by `eval.step` (`_step<N>` in their names; sweeps/result_keys.py reads it)."""
+  tag = step_tag(ctx.config)
+  return {"step": int(ctx.step), **({"step_tag": tag} if tag is not None else {})}
+
+
 def multiplier(row: dict, train_len: int) -> float:
   """A row's length as a multiple of train_len (the row's own `multiplier` if it has one)."""
   return row.get("multiplier", row["length"] / train_len)

@@ -25,7 +25,7 @@ from configs.errors import ConfigError, eval_lengths
 from data import corpora
 from data.inputs import token_unit
 from eval import perplexity, plots
-from eval.suites.base import TEXT, Context, Suite, multiplier, write_result
+from eval.suites.base import TEXT, Context, Suite, multiplier, recorded_step, write_result
 from models import extensions
 from runs import memory
 from runs.workdir import config_hash
@@ -184,7 +184,7 @@ class Perplexity(Suite):
                          | {"bins": row.pop("loss_by_position")})
     common = {
         "protocol": protocol, "stride": stride, "windows_start": "document_start",
-        "scheme": config.model.position.kind, "step": int(ctx.step),
+        "scheme": config.model.position.kind, **recorded_step(ctx),
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
         "max_tokens_per_length": e.max_tokens_per_length,

@@ -12,7 +12,7 @@ import jax
 from configs.errors import eval_lengths
 from eval import needle, plots
 from eval.perplexity import batch_parallelism
-from eval.suites.base import TEXT, Context, Suite, multiplier, write_result
+from eval.suites.base import TEXT, Context, Suite, multiplier, recorded_step, write_result
 from models import extensions
 from models.decoding import make_generate_fn
 from runs.workdir import config_hash
@@ -72,7 +72,7 @@ class Retrieval(Suite):
     result = needle.evaluate_grid(suite, config, builder, ctx.tokenizer, generate_for_length,
                                   skip=skip, parallelism=batch_parallelism(ctx.mesh))
     result.update({
-        "scheme": config.model.position.kind, "step": int(ctx.step),
+        "scheme": config.model.position.kind, **recorded_step(ctx),
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "prompt": needle.prompt_format(suite, config, builder)})
     if needle.uses_noise(config, suite):
