@@ -195,13 +195,16 @@ def get_config() -> ml_collections.ConfigDict:
                              # frequent_words, attention, algorithmic (task runs); the registry:
                              # eval/suites/__init__.py (tests/test_configs.py checks this list).
   c.eval.extension = "none"  # eval-time extensions, comma-separated (python -m eval.run runs each):
-                             # none | pi | ntk | dynamic_ntk | yarn | abf | llama3 | longrope (rope)
+                             # none | pi | ntk | dynamic_ntk | yarn | dynamic_yarn | abf | llama3
+                             # | longrope (rope)
                              # | alibi_interpolation (alibi) | self_extend | string | lm_infinite
-                             # (relative schemes) | attention_temperature; models/extensions.py
+                             # | streaming_llm (relative schemes) | attention_temperature;
+                             # models/extensions.py
                              # (the registry of these names).
   c.eval.factor = 1.0  # scale factor s of pi / ntk / yarn / llama3 / longrope (e.g. eval length
                        # / train_len); self_extend: the group size G (an integer).
-  c.eval.window = -1  # self_extend / string: window W; lm_infinite: n_local; tokens; -1 = default.
+  c.eval.window = -1  # self_extend / string / streaming_llm: window W; lm_infinite: n_local;
+                      # tokens; -1 = default.
   c.eval.protocol = "non_overlapping"  # "non_overlapping" | "sliding" (Press et al., arXiv 2108.12409 Sec. 4).
   c.eval.stride = 0  # sliding: window advance, tokens, <= every eval length; 0 = length // 2; 1 = the paper's.
   c.eval.position_bins = 32  # loss by position: at most this many log-spaced position bins; 0 = one per position.

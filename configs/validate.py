@@ -124,7 +124,8 @@ def check_model(config) -> None:
 # Eval-time position-id transform fields (models/position_transforms.py CONFIG_FIELDS) -> the
 # model.position.position_transform that reads them; the attention temperature's form and layers
 # are read only with model.position.attention_temperature on.
-_TRANSFORM_OF = {"self_extend_": "self_extend", "string_": "string", "lm_infinite_": "lm_infinite"}
+_TRANSFORM_OF = {"self_extend_": "self_extend", "string_": "string", "lm_infinite_": "lm_infinite",
+                 "streaming_llm_": "streaming_llm"}
 # data.position_sampler fields -> the samplers that read them (data/position_samplers.py).
 _SAMPLER_FIELDS = {"max_position": ("randomized", "pose"), "num_chunks": ("pose",),
                    "seed": ("randomized", "pose")}

@@ -5,13 +5,13 @@ model is built, so the trained parameters restore into it unchanged (no method a
 `apply_extension(config, "yarn", 4.0)` returns such a copy. The methods themselves live with
 the code that computes them:
 
-  pi, ntk, dynamic_ntk, yarn, abf, llama3, longrope
+  pi, ntk, dynamic_ntk, yarn, dynamic_yarn, abf, llama3, longrope
                `model.position.rope_scaling` (models/rope_frequencies.py: the frequency maths and
                papers; models/rope_scaling.py: the fields and their checks; read by
                models/positions/rope.py).
   alibi_interpolation
                `model.position.alibi_interpolation` (models/positions/alibi.py).
-  self_extend, string, lm_infinite
+  self_extend, string, lm_infinite, streaming_llm
                `model.position.position_transform`, position-id transforms of relative schemes
                (models/position_transforms.py); string also STRING's optional attention factor
                (`string_attention_factor`, RoPE only).
@@ -152,6 +152,10 @@ EXTENSIONS: dict[str, Extension] = {
     "yarn": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True,
                       params=("yarn_alpha", "yarn_beta", "yarn_ramp", "yarn_truncate",
                               "yarn_attention_factor", "yarn_mscale", "yarn_mscale_all_dim")),
+    "dynamic_yarn": Extension(_rope_scaling, ROPE_FAMILY,
+                              params=("yarn_alpha", "yarn_beta", "yarn_ramp", "yarn_truncate",
+                                      "yarn_attention_factor", "yarn_mscale",
+                                      "yarn_mscale_all_dim")),
     "abf": Extension(_rope_scaling, ROPE_FAMILY, params=("abf_theta",)),
     "llama3": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True,
                         params=("llama3_low_freq_factor", "llama3_high_freq_factor")),
@@ -166,6 +170,9 @@ EXTENSIONS: dict[str, Extension] = {
     "lm_infinite": Extension(_position_transform, ("none",),  # NoPE: the Lambda mask alone
                              relative=True, window_field="lm_infinite_window",
                              params=("lm_infinite_global", "lm_infinite_distance")),
+    "streaming_llm": Extension(_position_transform, ("none",),  # NoPE: the cache's mask alone
+                               relative=True, window_field="streaming_llm_window",
+                               params=("streaming_llm_sinks",)),
     "attention_temperature": Extension(_attention_temperature, kinds=None,
                                        params=("attention_temperature_form",
                                                "attention_temperature_layers")),
@@ -251,7 +258,7 @@ def check_param_overrides(run_position, position, extensions) -> dict[str, dict]
 
 def applied_window(extension: str, window: int) -> int:
   """The eval.window an extension actually uses: `window` for the position-id transforms
-  (self_extend, string, lm_infinite) when set, else -1 (the default / not used)."""
+  (self_extend, string, lm_infinite, streaming_llm) when set, else -1 (the default / not used)."""
   return int(window) if extension in TRANSFORM_WINDOWS and window != -1 else -1
 
 
@@ -317,21 +324,23 @@ def apply_extension(config: ml_collections.ConfigDict, extension: str,
     "pi", "ntk", "yarn", "llama3", "longrope"
                            rope_scaling=<name>, rope_scaling_factor=factor (s >= 1); longrope
                            needs `longrope_long_factors` (python -m sweeps.longrope_search);
-    "dynamic_ntk"          rope_scaling="dynamic_ntk" (s follows the length; factor unused);
+    "dynamic_ntk", "dynamic_yarn"
+                           rope_scaling=<name> (s follows the length; factor unused);
     "abf"                  rope_scaling="abf" with the config's abf_theta (default 500000;
                            factor unused);
     "alibi_interpolation"  alibi_interpolation=True (the scale follows the length; factor unused).
     "self_extend"          position_transform="self_extend", self_extend_group = factor (an
                            integer G >= 1); any relative scheme (`relative_kinds()`).
-    "string", "lm_infinite"
+    "string", "lm_infinite", "streaming_llm"
                            position_transform=<name> (factor unused); any relative scheme, and
-                           lm_infinite also NoPE (kind "none": the Lambda mask alone).
+                           lm_infinite and streaming_llm also NoPE (kind "none": the mask alone).
     "attention_temperature"
                            attention_temperature=True (queries times max(1, log n / log L), or
                            the configured form, on the configured layers); any scheme, not with
                            model.logn_scaling=True.
-  For the three position-id transforms (models/position_transforms.py), `window` > 0 sets the
-  window W (self_extend_window, string_window) or n_local (lm_infinite_window), tokens.
+  For the position-id transforms (models/position_transforms.py), `window` > 0 sets the
+  window W (self_extend_window, string_window, streaming_llm_window) or n_local
+  (lm_infinite_window), tokens.
 
   The RoPE methods keep rope_scaling_train_len and every method parameter as the config has them
   (added with their `DEFAULTS` where the run's config.json predates these fields: yarn_ramp is then

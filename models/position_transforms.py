@@ -1,4 +1,5 @@
-"""Eval-time position-id transforms for relative schemes: Self-Extend, STRING, LM-Infinite.
+"""Eval-time position-id transforms for relative schemes: Self-Extend, STRING, LM-Infinite,
+StreamingLLM.
 
 Each method changes the *relative distance* d = i - j that the scheme sees between query
 position i and key position j, piecewise in d. No single pair of position arrays can express a
@@ -30,6 +31,22 @@ Notation: L = training context length (tokens), d = i - j >= 0.
                else) and a distance ceiling: keys at d >= n_local are placed at distance exactly
                d_max. Fields: `lm_infinite_global` (n_global), `lm_infinite_window` (n_local,
                tokens; -1 = L), `lm_infinite_distance` (d_max, tokens; -1 = L).
+  streaming_llm
+               StreamingLLM, Xiao et al., "Efficient Streaming Language Models with Attention
+               Sinks", arXiv 2309.17453, Sec. 3.2: a rolling KV cache of the first n_sink tokens
+               (the attention sinks) and the W most recent ones, with positions assigned by
+               place *in the cache*, not in the text. A query at i sees the keys j < n_sink and
+               i - W < j <= i. Recent keys keep their distance i - j (cache places are
+               contiguous); a sink k sits at its own cache place k while the query sits at
+               min(i, n_sink + W - 1), its place once the cache is full, so the sink's distance
+               is min(i, n_sink + W - 1) - k: it grows with i until the cache fills, then stays
+               fixed, and differs per sink (LM-Infinite instead puts every far key at one
+               distance d_max). Fields: `streaming_llm_sinks` (n_sink, the paper's 4) and
+               `streaming_llm_window` (W, tokens; -1 = L - n_sink, so that the cache holds L
+               tokens and every distance stays below L). The authors' code (mit-han-lab/
+               streaming-llm `pos_shift`) rotates the cached keys at their cache places; with
+               relative schemes only the distances matter, so this is the same attention
+               computed on the full sequence (the cache's evicted keys are masked instead).
 
 STRING's optional attention factor, `string_attention_factor` (RoPE only): the authors' Llama code
 (HKUNLP/STRING `string_for_llama.py`, `replace_with_string`) multiplies cos and sin by
@@ -74,12 +91,13 @@ import numpy as np
 from configs.errors import ConfigError
 from models.rope_scaling import ROPE_FAMILY
 
-TRANSFORMS = ("none", "self_extend", "string", "lm_infinite")
+TRANSFORMS = ("none", "self_extend", "string", "lm_infinite", "streaming_llm")
 # The model.position fields of the transforms, name -> (default, comment); configs/base.py
 # gathers them (models.positions.config_fields). They are set by eval.extension = self_extend |
 # string | lm_infinite (models/extensions.py) rather than by hand.
 CONFIG_FIELDS = {
-    "position_transform": ("none", '"none" | "self_extend" | "string" | "lm_infinite".'),
+    "position_transform": ("none", '"none" | "self_extend" | "string" | "lm_infinite" | '
+                                   '"streaming_llm".'),
     "self_extend_group": (4, "self_extend: group size G (distances >= W grow G times slower)."),
     "self_extend_window": (-1, "self_extend: neighbour window W, tokens; -1 = train_len // 4."),
     "string_shift": (-1, "string: shift S, tokens; -1 = max(train_len // 3, ceil((n + W) / 2)) "
@@ -88,6 +106,9 @@ CONFIG_FIELDS = {
     "lm_infinite_global": (10, "lm_infinite: starting tokens every query sees (n_global)."),
     "lm_infinite_window": (-1, "lm_infinite: local window n_local, tokens; -1 = train_len."),
     "lm_infinite_distance": (-1, "lm_infinite: distance ceiling d_max, tokens; -1 = train_len."),
+    "streaming_llm_sinks": (4, "streaming_llm: attention-sink tokens kept at the cache's start."),
+    "streaming_llm_window": (-1, "streaming_llm: recent tokens kept (W), tokens; -1 = train_len "
+                                 "- streaming_llm_sinks."),
     "string_attention_factor": (1.0, "string, RoPE only: q and k times this; 1 = off, -1 = "
                                      "0.1 ln 2 + 1 (STRING's code)."),
 }
@@ -151,9 +172,10 @@ class PositionTransform:
     kind: one of TRANSFORMS.
     train_len: L, tokens.
     group: Self-Extend G (>= 1).
-    window: Self-Extend W, STRING W or LM-Infinite n_local, tokens (resolved, > 0).
+    window: Self-Extend W, STRING W, LM-Infinite n_local or StreamingLLM W, tokens (resolved,
+      > 0).
     shift: STRING S, tokens; -1 = per row (see the module docstring).
-    num_global: LM-Infinite n_global (>= 0).
+    num_global: LM-Infinite n_global or StreamingLLM n_sink (>= 0).
     max_distance: LM-Infinite d_max, tokens (resolved, > 0).
   """
 
@@ -187,6 +209,9 @@ class PositionTransform:
       return cls(kind, train_len, window=train_len if w == -1 else w,
                  num_global=_field(cfg, "lm_infinite_global"),
                  max_distance=train_len if dmax == -1 else dmax)
+    if kind == "streaming_llm":
+      sinks, w = _field(cfg, "streaming_llm_sinks"), _field(cfg, "streaming_llm_window")
+      return cls(kind, train_len, window=train_len - sinks if w == -1 else w, num_global=sinks)
     return cls("none", train_len)
 
   def branches(self, q_positions: jax.Array, k_positions: jax.Array) -> list[Branch]:
@@ -221,6 +246,11 @@ class PositionTransform:
       return [Branch(qp, kp, lambda d, _: d < n_local),
               Branch(far_q, jnp.zeros_like(kp),
                      lambda d, k: (d >= n_local) & (k < n_global))]
+    if self.kind == "streaming_llm":
+      w, sinks = self.window, self.num_global
+      # Sinks at their own cache places k; the query at its place, n_sink + W - 1 once full.
+      return [Branch(qp, kp, lambda d, _: d < w),
+              Branch(jnp.minimum(qp, sinks + w - 1), kp, lambda d, k: (d >= w) & (k < sinks))]
     return [Branch(qp, kp)]
 
 
@@ -265,6 +295,15 @@ def check_config(cfg, train_len: int, num_layers: int | None = None) -> None:
       raise ConfigError(f"model.position.lm_infinite_global must be an integer >= 0; got {n!r}")
     positive_or_auto("lm_infinite_window")
     positive_or_auto("lm_infinite_distance")
+  elif kind == "streaming_llm":
+    n = _field(cfg, "streaming_llm_sinks")
+    if not _is_int(n) or n < 0:
+      raise ConfigError(f"model.position.streaming_llm_sinks must be an integer >= 0; got {n!r}")
+    positive_or_auto("streaming_llm_window")
+    if _field(cfg, "streaming_llm_window") == -1 and train_len - n < 1:
+      raise ConfigError(f"model.position.streaming_llm_window=-1 means train_len - "
+                        f"streaming_llm_sinks = {train_len - n} recent tokens; give "
+                        "streaming_llm_window > 0 or fewer sinks")
   _check_string_factor(cfg)
   _check_temperature(cfg, train_len, num_layers)
 

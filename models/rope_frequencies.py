@@ -1,5 +1,6 @@
 """RoPE frequency scaling, per method: the inverse frequencies and q/k factors of each
-`model.position.rope_scaling` method (PI, NTK, dynamic NTK, YaRN, ABF, llama3, LongRoPE).
+`model.position.rope_scaling` method (PI, NTK, dynamic NTK, YaRN, dynamic YaRN, ABF, llama3,
+LongRoPE).
 
 Pure functions of the method's parameters, used at training and at evaluation alike through
 `models.rope_scaling.scaled_rope` (which selects the method from the config and validates its
@@ -27,6 +28,13 @@ s = the scale factor (`rope_scaling_factor`), l = the current length of a batch 
                dimensions, `yarn_index_ramp`); q and k both multiplied by sqrt(1/t) =
                0.1 ln(s) + 1, Eq. (21)-(22), or DeepSeek's ratio of two such "mscale" values, or an
                explicit factor (`yarn_attention_factor`).
+  dynamic_yarn "Dynamic-YaRN" (Peng et al., Sec. 3.3 and 5.2, where it extends Llama 2 without
+               fine-tuning; the authors' `LlamaDynamicYaRNScaledRotaryEmbedding`): `yarn` with s
+               recomputed from the current length, s' = max(1, l/L) (`dynamic_yarn_inv_freq`,
+               `dynamic_yarn_attention_factor`): the ramp gamma is YaRN's (it depends on L only),
+               the frequencies (1 - gamma) theta / s' + gamma theta and q, k times
+               (0.1 m ln s' + 1) / (0.1 m_all ln s' + 1) per row; plain RoPE, bit for bit, for
+               l <= L.
   abf          Adjusted base frequency, Xiong et al., arXiv 2309.16039, Sec. 3.1: a new base
                (`abf_theta`, the paper's 500,000) in place of `rope_theta` (`abf_inv_freq`).
   llama3       The Llama 3.1 rule (Meta's reference `apply_scaling`; HF
@@ -339,6 +347,58 @@ def yarn_inv_freq(rot_dim: int, rope_theta: float, train_len: int, factor: float
   else:
     raise ValueError(f"ramp must be one of {YARN_RAMPS}; got {ramp!r}")
   return ((1.0 - gamma) * theta / factor + gamma * theta).astype(np.float32)
+
+
+def dynamic_yarn_inv_freq(inv_freq: jax.Array, gamma: jax.Array, length: jax.Array,
+                          train_len: int) -> jax.Array:
+  """"Dynamic-YaRN" inverse frequencies for rows of current length l (Peng et al., arXiv
+  2309.00071, Sec. 3.3): YaRN's Eq. (20) with s' = max(1, l/L) per row.
+
+  h(theta_i) = (1 - gamma_i) theta_i / s' + gamma_i theta_i, gamma the ramp of `yarn_ramp` /
+  `yarn_index_ramp` at L (independent of s). Where l <= L the given `inv_freq` is returned as is
+  (selected, not recomputed): bit-identical to plain RoPE there. At l = s L it equals
+  `yarn_inv_freq(..., factor=s)` up to float32 rounding (this computes in float32 on device).
+
+  Args:
+    inv_freq: float32 [rot_dim/2] plain inverse frequencies, radians per position.
+    gamma: float32 [rot_dim/2] ramp values in [0, 1] (1 = keep the frequency).
+    length: int32 [batch] current lengths l, tokens.
+    train_len: L >= 1, tokens.
+
+  Returns:
+    float32 [batch, rot_dim/2].
+  """
+  inv_freq = jnp.asarray(inv_freq, jnp.float32)
+  gamma = jnp.asarray(gamma, jnp.float32)
+  length = jnp.asarray(length)
+  s = dynamic_ntk_factor(length, train_len)[:, None]  # [batch, 1], max(1, l/L)
+  scaled = (1.0 - gamma) * inv_freq / s + gamma * inv_freq
+  return jnp.where((length > train_len)[:, None], scaled, inv_freq)
+
+
+def dynamic_yarn_attention_factor(length: jax.Array, train_len: int, mscale: float = 1.0,
+                                  mscale_all_dim: float = 0.0, fixed: float = -1.0) -> jax.Array:
+  """Dynamic-YaRN's factor on q and k per row: `yarn_attention_factor` at s' = max(1, l/L),
+  i.e. (0.1 m ln s' + 1) / (0.1 m_all ln s' + 1) (m_all = 0: the denominator is 1); `fixed` > 0
+  replaces it beyond L (`yarn_attention_factor` set); exactly 1 where l <= L.
+
+  Args:
+    length: int32 [batch] current lengths l, tokens.
+    train_len: L >= 1, tokens.
+    mscale, mscale_all_dim: m, m_all >= 0.
+    fixed: -1 (derived) or a factor > 0.
+
+  Returns:
+    float32 [batch].
+  """
+  length = jnp.asarray(length)
+  s = dynamic_ntk_factor(length, train_len)
+  if fixed != -1:
+    value = jnp.full(s.shape, fixed, jnp.float32)
+  else:
+    mscale_of = lambda m: jnp.where(s > 1, 0.1 * m * jnp.log(s) + 1.0, 1.0)  # noqa: E731
+    value = mscale_of(jnp.float32(mscale)) / mscale_of(jnp.float32(mscale_all_dim))
+  return jnp.where(length > train_len, value, jnp.float32(1.0))
 
 
 def yarn_get_mscale(factor: float, mscale: float = 1.0) -> float:

@@ -21,11 +21,14 @@ import numpy as np
 from configs.errors import ConfigError
 from models.rope_frequencies import (YARN_RAMPS, _base_inv_freq, abf_inv_freq, llama3_inv_freq,
                                      longrope_attention_factor, longrope_inv_freq, ntk_inv_freq,
-                                     pi_position_scale, yarn_attention_factor, yarn_inv_freq)
+                                     pi_position_scale, yarn_attention_factor, yarn_index_ramp,
+                                     yarn_inv_freq, yarn_ramp)
 
 # model.position.rope_scaling values (method names as in models/rope_frequencies.py's docstring).
-ROPE_SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "abf", "llama3", "longrope")
-# Methods that read rope_scaling_factor (dynamic_ntk takes s from the length, abf has a base).
+ROPE_SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn", "abf", "llama3",
+                 "longrope")
+# Methods that read rope_scaling_factor (dynamic_ntk and dynamic_yarn take s from the length, abf
+# has a base).
 USES_FACTOR = ("pi", "ntk", "yarn", "llama3", "longrope")
 # The schemes built on RoPE's frequencies (models/positions/rope.py and its subclasses p_rope,
 # hope, resonance_rope): every RoPE scaling applies to them, at training and at evaluation.
@@ -35,12 +38,12 @@ LONGROPE_SEARCH = "python -m sweeps.longrope_search"
 # The model.position fields of RoPE scaling (read by models/positions/rope.py, which declares
 # them as its own), name -> (default, comment); configs/base.py gathers them.
 CONFIG_FIELDS = {
-    "rope_scaling": ("none", '"none"|"pi"|"ntk"|"dynamic_ntk"|"yarn"|"abf"|"llama3"|"longrope" '
-                             "(models/rope_scaling.py)."),
+    "rope_scaling": ("none", '"none"|"pi"|"ntk"|"dynamic_ntk"|"yarn"|"dynamic_yarn"|"abf"|"llama3"'
+                             '|"longrope" (models/rope_scaling.py).'),
     "rope_scaling_factor": (1.0, "factor s >= 1 of pi/ntk/yarn/llama3/longrope (e.g. eval_len / "
                                  "train_len)."),
-    "rope_scaling_train_len": (-1, "original context L of dynamic_ntk/yarn/llama3/longrope, "
-                                   "tokens; -1 = data.train_len."),
+    "rope_scaling_train_len": (-1, "original context L of dynamic_ntk/yarn/dynamic_yarn/llama3/"
+                                   "longrope, tokens; -1 = data.train_len."),
     "dynamic_ntk_alpha": (1.0, "dynamic_ntk: 1 = the paper's max(1, l/L); a > 1 = HF's "
                                "a*l/L - (a-1) for l > L."),
     "yarn_alpha": (1.0, "yarn: pairs with < alpha rotations over L are divided by s."),
@@ -91,6 +94,9 @@ class ScaledRope:
     long_train_len: LongRoPE's L, tokens (rows with l > L use `long_inv_freq`); 0 = none.
     keep_first: LongRoPE's n-hat: positions < n-hat are rotated with the plain frequencies and
       no qk_scale; 0 = off.
+    dynamic_yarn: Dynamic-YaRN: (gamma, the ramp per pair as a tuple of floats; yarn_mscale;
+      yarn_mscale_all_dim; yarn_attention_factor, -1 = derived), applied per row with s' =
+      max(1, l / dynamic_train_len); None otherwise.
   """
 
   inv_freq: np.ndarray
@@ -101,6 +107,7 @@ class ScaledRope:
   long_inv_freq: np.ndarray | None = None
   long_train_len: int = 0
   keep_first: int = 0
+  dynamic_yarn: tuple | None = None
 
 
 def resolve_train_len(cfg, train_len: int) -> int:
@@ -129,6 +136,19 @@ def _yarn(get, rot_dim, rope_theta, length, s) -> ScaledRope:
   return ScaledRope(inv, qk_scale=qk)
 
 
+def _dynamic_yarn(get, rot_dim, rope_theta, length) -> ScaledRope:
+  alpha, beta = float(get("yarn_alpha")), float(get("yarn_beta"))
+  if get("yarn_ramp") == "ratio":
+    gamma = yarn_ramp(rot_dim, rope_theta, length, alpha, beta)
+  else:
+    gamma = yarn_index_ramp(rot_dim, rope_theta, length, alpha, beta, bool(get("yarn_truncate")))
+  return ScaledRope(_base_inv_freq(rot_dim, rope_theta).astype(np.float32),
+                    dynamic_train_len=length,
+                    dynamic_yarn=(tuple(float(g) for g in gamma), float(get("yarn_mscale")),
+                                  float(get("yarn_mscale_all_dim")),
+                                  float(get("yarn_attention_factor"))))
+
+
 def _longrope(get, rot_dim, rope_theta, length, s) -> ScaledRope:
   override = float(get("longrope_attention_factor"))
   qk = override if override != -1 else longrope_attention_factor(s, length)
@@ -145,7 +165,8 @@ def scaled_rope(cfg, rot_dim: int, rope_theta: float, train_len: int) -> ScaledR
   Dispatches to the functions of models/rope_frequencies.py (papers and equations in their
   docstrings): "pi" `pi_position_scale`, "ntk" `ntk_inv_freq`, "dynamic_ntk" (per call)
   `dynamic_ntk_inv_freq`, "yarn" `yarn_inv_freq` and `yarn_attention_factor` (or
-  `yarn_attention_factor` the field), "abf" `abf_inv_freq`, "llama3" `llama3_inv_freq`,
+  `yarn_attention_factor` the field), "dynamic_yarn" (per call) `dynamic_yarn_inv_freq` and
+  `dynamic_yarn_attention_factor`, "abf" `abf_inv_freq`, "llama3" `llama3_inv_freq`,
   "longrope" `longrope_inv_freq` (short and long) and `longrope_attention_factor` (or the field).
 
   Args:
@@ -176,6 +197,8 @@ def scaled_rope(cfg, rot_dim: int, rope_theta: float, train_len: int) -> ScaledR
                       dynamic_alpha=float(get("dynamic_ntk_alpha")))
   if method == "yarn":
     return _yarn(get, rot_dim, rope_theta, length, s)
+  if method == "dynamic_yarn":
+    return _dynamic_yarn(get, rot_dim, rope_theta, length)
   if method == "abf":
     return ScaledRope(abf_inv_freq(rot_dim, float(get("abf_theta"))))
   if method == "llama3":
@@ -299,8 +322,11 @@ def check_config(cfg, rot_dim: int) -> None:
     if not (is_number(a) and a >= 1):
       raise ConfigError(f"model.position.dynamic_ntk_alpha must be a number >= 1 (1 = the "
                         f"paper's max(1, l/L), a > 1 = HF's a*l/L - (a-1)); got {a!r}")
-  if method == "yarn":
+  if method in ("yarn", "dynamic_yarn"):
     _check_yarn(get)
+  if method == "dynamic_yarn" and cfg.get("rope_theta_per_layer", ()):
+    raise ConfigError("model.position.rope_scaling='dynamic_yarn' is defined for one rope_theta "
+                      "(its ramp depends on the base); set rope_theta_per_layer=()")
   if method == "abf":
     theta = get("abf_theta")
     if not (is_number(theta) and theta > 1):

@@ -266,7 +266,7 @@ def check_parent_idle(value: str, parent_dir: str, step: int) -> None:
                       f"({e.strerror}); make it readable") from e
   if who:
     raise ConfigError(
-        f"train.init_from={value!r}: {parent_dir} is still being trained by {who[:200]}, whose "
+        f"train.init_from={value!r}: {parent_dir} is still being trained by {who[:120]}, whose "
         f"train.max_to_keep may delete step {step} while this run reads it; wait for it to "
         f"finish, or copy its config.json and checkpoints/{step}/ into a new folder <copy> (as "
         f"<copy>/checkpoints/{step}/) and give train.init_from=<copy>@{step}")

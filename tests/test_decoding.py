@@ -93,9 +93,10 @@ def test_cached_decoding_equals_full_recomputation_under_gqa(kind):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("rope_scaling", "dynamic_ntk"), ("rope_scaling", "yarn"), ("rope_scaling", "pi"),
+    ("rope_scaling", "dynamic_ntk"), ("rope_scaling", "dynamic_yarn"), ("rope_scaling", "yarn"),
+    ("rope_scaling", "pi"),
     ("position_transform", "self_extend"), ("position_transform", "string"),
-    ("position_transform", "lm_infinite")])
+    ("position_transform", "lm_infinite"), ("position_transform", "streaming_llm")])
 def test_cached_decoding_with_extensions(field, value):
   """Beyond train_len (8 tokens here), where the extensions act, with query chunking.
 
@@ -111,7 +112,8 @@ def test_cached_decoding_with_extensions(field, value):
   c.model.position.rope_scaling_factor = 2.0
   c.model.position.self_extend_group = 2
   c.model.position.lm_infinite_global = 2
-  if value in ("dynamic_ntk", "string"):  # one compile per prefix: 4 beyond train_len
+  c.model.position.streaming_llm_sinks, c.model.position.streaming_llm_window = 2, 4
+  if value in ("dynamic_ntk", "dynamic_yarn", "string"):  # one compile per prefix: 4 beyond L
     c.model.num_layers = 1
     check_cached_equals_full(c, seq=12, prefill=8, per_prefix=True)
   else:  # a prefill of 2 chunks (lax.map over the cache), then single steps

@@ -94,7 +94,7 @@ def test_lm_infinite_lambda_mask_and_distance_ceiling():
   np.testing.assert_array_equal(seen[allowed], np.where(d < n_local, d, d_max)[allowed])
 
 
-@pytest.mark.parametrize("transform", ["self_extend", "string", "lm_infinite"])
+@pytest.mark.parametrize("transform", ["self_extend", "string", "lm_infinite", "streaming_llm"])
 def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
   """ALiBi's bias is -slope * distance, so the transformed attention must equal plain attention
   with bias -slope * (distance seen) and the transform's mask."""
@@ -104,6 +104,7 @@ def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
   c.model.position.self_extend_group = 2
   c.model.position.string_shift = 6
   c.model.position.lm_infinite_global = 2
+  c.model.position.streaming_llm_sinks, c.model.position.streaming_llm_window = 2, 5
   dims = positions.Dims.from_config(c)
   scheme = positions.build(c.model.position, dims, rngs=nnx.Rngs(0))
   t = PositionTransform.from_config(c.model.position, L)
@@ -213,3 +214,30 @@ def test_string_attention_factor_through_the_extension_and_refusals():
   with pytest.raises(ConfigError, match=r"model\.position\.string_attention_factor must be 1 "
                                         r"\(off\), -1 \(STRING's 0\.1 ln 2 \+ 1\) or a number > 0"):
     check_config(cfg(string_attention_factor=0.0), L)
+
+
+def test_streaming_llm_sinks_sit_at_their_cache_places():
+  """StreamingLLM (Xiao et al., arXiv 2309.17453, Sec. 3.2), n_sink = 2, W = 3: the table of
+  distances written out by hand from the rolling cache [sink 0, sink 1, 3 most recent], positions
+  by place in the cache (-1: not in the cache)."""
+  t = PositionTransform.from_config(cfg(position_transform="streaming_llm",
+                                        streaming_llm_sinks=2, streaming_llm_window=3), L)
+  seen, allowed = effective(t, 8)
+  want = np.array([[0, -1, -1, -1, -1, -1, -1, -1],
+                   [1, 0, -1, -1, -1, -1, -1, -1],
+                   [2, 1, 0, -1, -1, -1, -1, -1],
+                   [3, 2, 1, 0, -1, -1, -1, -1],  # cache [0 1 | 1 2 3]: not full yet
+                   [4, 3, 2, 1, 0, -1, -1, -1],  # [0 1 | 2 3 4]: full, query at place 4
+                   [4, 3, -1, 2, 1, 0, -1, -1],  # [0 1 | 3 4 5]: token 2 evicted
+                   [4, 3, -1, -1, 2, 1, 0, -1],
+                   [4, 3, -1, -1, -1, 2, 1, 0]])
+  np.testing.assert_array_equal(np.where(allowed, seen, -1), want)
+  # The default window keeps the cache at train_len: every distance below L, at any length.
+  seen, allowed = effective(PositionTransform.from_config(
+      cfg(position_transform="streaming_llm"), L), 5 * L)
+  assert seen[allowed].max() == L - 1 and allowed.sum(axis=1)[-1] == L
+  with pytest.raises(ConfigError, match="streaming_llm_sinks must be an integer >= 0"):
+    check_config(cfg(position_transform="streaming_llm", streaming_llm_sinks=-1), L)
+  nope = extensions.apply_extension(tiny_config("unused", "none"), "streaming_llm", window=6)
+  assert (nope.model.position.position_transform, nope.model.position.streaming_llm_window) == (
+      "streaming_llm", 6)

@@ -132,6 +132,42 @@ def test_dynamic_ntk_uses_the_configured_train_len():
   assert same(scheme.rotate(q, k, pos, pos, 0)[0], plain.rotate(q, k, pos, pos, 0)[0])
 
 
+def test_dynamic_yarn_is_plain_rope_up_to_train_len_and_yarn_at_s_beyond():
+  """Dynamic-YaRN (Peng et al., arXiv 2309.00071, Sec. 3.3): rows with l <= L rotate bit for bit
+  as plain RoPE (factor exactly 1); a row of length 4L equals static YaRN with s = 4 (its
+  frequencies and q/k factor 0.1 ln 4 + 1), a row of length 2L YaRN with s = 2, in one batch."""
+  dyn = positions.build(rope_cfg(rope_scaling="dynamic_yarn"), DIMS)
+  plain = positions.build(rope_cfg(), DIMS)
+  q, k, pos = qk(4, positions_high=L)
+  pos = pos.at[:, -1].set(L - 1)
+  for jit in (lambda f: f, jax.jit):
+    got = jit(lambda *a: dyn.rotate(*a, 0))(q, k, pos, pos)
+    want = jit(lambda *a: plain.rotate(*a, 0))(q, k, pos, pos)
+    assert same(got[0], want[0]) and same(got[1], want[1])
+  long_pos = pos.at[0, -1].set(2 * L - 1).at[1, -1].set(4 * L - 1)
+  got_q, got_k = dyn.rotate(q, k, long_pos, long_pos, 0)
+  for row, s in ((0, 2.0), (1, 4.0)):
+    yarn = positions.build(rope_cfg(rope_scaling="yarn", rope_scaling_factor=s), DIMS)
+    want_q, want_k = yarn.rotate(q, k, long_pos, long_pos, 0)
+    np.testing.assert_allclose(got_q[row], want_q[row], rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(got_k[row], want_k[row], rtol=2e-6, atol=2e-6)
+  # By hand: the factor per row, and the frequencies from YaRN's ramp at L.
+  np.testing.assert_allclose(rope_frequencies.dynamic_yarn_attention_factor(
+      jnp.array([8, 16, 32, 64]), L), [1, 1, 0.1 * math.log(2) + 1, 0.1 * math.log(4) + 1],
+      rtol=1e-6)
+  gamma = rope_frequencies.yarn_index_ramp(D, THETA, L)
+  inv = rope_frequencies.dynamic_yarn_inv_freq(jnp.asarray(PLAIN, jnp.float32), gamma,
+                                               jnp.array([16, 64]), L)
+  assert same(inv[0], jnp.asarray(PLAIN, jnp.float32))
+  np.testing.assert_allclose(inv[1], [(1 - g) * p / 4 + g * p for g, p in zip(gamma, PLAIN)],
+                             rtol=1e-6)
+  assert extensions.apply_extension(tiny_config("unused", "rope"), "dynamic_yarn"
+                                    ).model.position.rope_scaling == "dynamic_yarn"
+  with pytest.raises(ConfigError, match="dynamic_yarn' is defined for one rope_theta"):
+    rope_scaling.check_config(rope_cfg(rope_scaling="dynamic_yarn",
+                                       rope_theta_per_layer=(1e4, 1e4, 1e4)), D)
+
+
 # ------------------------------------------------------------------ YaRN
 
 def test_yarn_frequencies_by_hand():
@@ -299,7 +335,7 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
     ("alibi", "yarn", 4.0, r"eval\.extension='yarn' applies to model\.position\.kind in "
      r"\['rope', 'p_rope', 'hope', 'resonance_rope'\] only; this run's kind is 'alibi' "
      r"\(choose one of \['none', "
-     r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite', "
+     r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite', 'streaming_llm', "
      r"'attention_temperature'\]\)"),
     ("rope", "longrope", 4.0, r"model\.position\.longrope_long_factors must be a tuple of "
      r"rot_dim/2 = 8 numbers >= 1 .*python -m sweeps\.longrope_search; got \(\)"),

@@ -26,7 +26,8 @@ and "longrope" (per-pair rescaled frequencies, short or long by the length of ea
 attention factor on q and k, and optionally the first n-hat positions rotated as plain RoPE).
 They apply to every rotary layer with that layer's base; NoPE layers still return q and k
 unchanged. With "none" (the default, also when the field is absent) the computation is exactly
-the plain one. Dynamic NTK and LongRoPE take the current length l of batch row b as 1 + the
+the plain one. Dynamic NTK, Dynamic-YaRN ("dynamic_yarn": YaRN's frequencies and attention factor
+at s = max(1, l/L) per row, plain RoPE bit for bit up to L) and LongRoPE take the current length l of batch row b as 1 + the
 largest position of that row over `q_positions` and `k_positions`. `models/attention.py` rotates
 the full q and k once, before query chunking, so l is the whole window's (the longest document's
 under packing), the same with or without chunking, and q and k of a row share the frequencies. A
@@ -228,6 +229,7 @@ class RoPE(PositionalScheme):
     self.position_scale, self.qk_scale = first.position_scale, first.qk_scale
     self.dynamic_train_len, self.dynamic_alpha = first.dynamic_train_len, first.dynamic_alpha
     self.long_train_len, self.keep_first = first.long_train_len, first.keep_first
+    self.dynamic_yarn = first.dynamic_yarn  # (gamma, m, m_all, fixed factor) or None
     self.string_scale = position_transforms.string_attention_scale(cfg)
     self.search_long_inv_freq = None  # set by set_search_frequencies (a jax array) only
     self.inv_freq = _frozen(transform(first.inv_freq))
@@ -294,9 +296,10 @@ class RoPE(PositionalScheme):
     inv_freq = jnp.asarray(inv, jnp.float32)
     if not (self.dynamic_train_len or self.long_train_len):
       return inv_freq
-    # [b]; the largest query position of the whole sequence under context parallelism
-    q_max = context_parallel.sequence_max(q_positions.max(axis=-1))
-    length = jnp.maximum(q_max, k_positions.max(axis=-1)) + 1
+    length = self._row_length(q_positions, k_positions)
+    if self.dynamic_yarn is not None:
+      return rope_frequencies.dynamic_yarn_inv_freq(inv_freq, np.asarray(self.dynamic_yarn[0]),
+                                                    length, self.dynamic_train_len)
     if self.dynamic_train_len:
       return rope_frequencies.dynamic_ntk_inv_freq(inv_freq, length, self.dynamic_train_len,
                                                    self.dynamic_alpha)
@@ -307,6 +310,13 @@ class RoPE(PositionalScheme):
       table = self.layer_long_inv_freq
       long = self.long_inv_freq if table is None else table[layer]
     return rope_frequencies.longrope_row_inv_freq(inv_freq, long, length, self.long_train_len)
+
+  @staticmethod
+  def _row_length(q_positions, k_positions):
+    """l per batch row: 1 + the largest position over queries (of the whole sequence under
+    context parallelism) and keys; int32 [b]."""
+    q_max = context_parallel.sequence_max(q_positions.max(axis=-1))
+    return jnp.maximum(q_max, k_positions.max(axis=-1)) + 1
 
   def rotate(self, q, k, q_positions, k_positions, layer):
     """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k).
@@ -343,7 +353,13 @@ class RoPE(PositionalScheme):
       qp = q_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
       kp = k_positions.astype(jnp.float32) * jnp.float32(self.position_scale)
     qr, kr = apply_rope(q, qp, inv_freq), apply_rope(k, kp, inv_freq)
-    if scale != 1.0:
+    if self.dynamic_yarn is not None:  # the attention factor of each row's s' (1 up to L)
+      _, m, m_all, fixed = self.dynamic_yarn
+      row = rope_frequencies.dynamic_yarn_attention_factor(
+          self._row_length(q_positions, k_positions), self.dynamic_train_len, m, m_all, fixed)
+      row = (row * scale)[:, None, None, None]
+      qr, kr = (qr * row).astype(q.dtype), (kr * row).astype(k.dtype)
+    elif scale != 1.0:
       qr, kr = qr * jnp.asarray(scale, q.dtype), kr * jnp.asarray(scale, k.dtype)
     if self.keep_first:  # LongRoPE's n-hat: the first positions as plain RoPE (and STRING's factor)
       plain = self.plain_inv_freq if self.layer_plain_inv_freq is None else (
@@ -370,6 +386,9 @@ class RoPE(PositionalScheme):
     if self.rope_heads != -1:
       return (f"RoPE with model.position.rope_heads={self.rope_heads} (rotation on some heads "
               "only, which a KernelSpec cannot say)")
+    if self.dynamic_yarn is not None:
+      return ("RoPE with model.position.rope_scaling='dynamic_yarn' (a q/k factor per batch row, "
+              "which a KernelSpec's one qk_scale cannot say)")
     if self.keep_first:
       return (f"RoPE with model.position.longrope_keep_first={self.keep_first} (positions below it "
               "are rotated with other frequencies than the rest, which a KernelSpec cannot say)")
