@@ -11,7 +11,7 @@ import os
 
 from configs.base import get_config
 from configs.errors import ConfigError
-from models import rope_scaling
+from models import positions, rope_scaling
 
 # The file a training run writes its resolved config to (runs/workdir.py write_run_config).
 CONFIG_FILE = "config.json"
@@ -22,7 +22,7 @@ def load_run_config(workdir: str):
 
   Fields added to configs/base.py since the run was trained keep their defaults, so old runs
   stay loadable, except those whose default changed (`models.rope_scaling.LEGACY_DEFAULTS`:
-  YaRN's ramp), which take the value the run used; JSON lists become the config's tuples again.
+  YaRN's ramp; the schemes' `legacy_defaults`: FoPE's normalisation), which take the value the run used; JSON lists become the config's tuples again.
 
   Raises:
     ConfigError: workdir or its config.json is missing or unreadable.
@@ -43,7 +43,8 @@ def load_run_config(workdir: str):
 
   config = get_config()
   position = stored.get("model", {}).get("position", {})
-  for name, value in rope_scaling.LEGACY_DEFAULTS.items():  # a default changed since the run
+  legacy = {**rope_scaling.LEGACY_DEFAULTS, **positions.legacy_defaults()}
+  for name, value in legacy.items():  # a default changed since the run
     if name not in position:
       config.model.position[name] = value
   config.update(as_tuples(stored))

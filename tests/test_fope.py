@@ -40,10 +40,12 @@ def test_coefficients_are_torch_xavier_normal_plus_the_step_eye():
   assert abs(noise.std() / std - 1) < 0.05 and abs(noise.mean()) < 0.05 * std
 
 
-def test_fope_rotation_is_the_listings_fourier_series():
-  """q' pair d: (q1 c_d - q2 s_d, q2 c_d + q1 s_d), c_d(t) = sum_m cos(w_m t) C[h,m,d] / sum_m
-  C[h,m,d] (s alike with S), pairs >= P with c = s = 1; the same seed gives the same C, S."""
-  scheme = FoPE(fope_cfg(fope_seed=3), DIMS, rngs=None)
+@pytest.mark.parametrize("normalize", ["none", "column_sum"])
+def test_fope_rotation_is_the_fourier_series(normalize):
+  """q' pair d: (q1 c_d - q2 s_d, q2 c_d + q1 s_d), c_d(t) = sum_m cos(w_m t) C[h,m,d] (the
+  released code) or that / sum_m C[h,m,d] (the listing), s alike with S, pairs >= P with
+  c = s = 1; the same seed gives the same C, S."""
+  scheme = FoPE(fope_cfg(fope_seed=3, fope_normalize=normalize), DIMS, rngs=None)
   # C then S drawn from the seed as the authors' code draws them (independently of
   # fope_coefficients): xavier-normal [2 heads, 3 frequencies, 3 pairs], std = 0.3 sqrt(2 / (9 +
   # 6)), plus the eye (M' = P: 1 at [m, m])
@@ -59,10 +61,10 @@ def test_fope_rotation_is_the_listings_fourier_series():
     for h in range(2):
       for d in range(8):
         if d < 3:
-          c = sum(math.cos(freqs[m] * pos[0, t]) * cos_c[h, m, d] for m in range(3)) / \
-              cos_c[h, :, d].sum()
-          s = sum(math.sin(freqs[m] * pos[0, t]) * sin_c[h, m, d] for m in range(3)) / \
-              sin_c[h, :, d].sum()
+          norm_c, norm_s = ((cos_c[h, :, d].sum(), sin_c[h, :, d].sum())
+                            if normalize == "column_sum" else (1.0, 1.0))
+          c = sum(math.cos(freqs[m] * pos[0, t]) * cos_c[h, m, d] for m in range(3)) / norm_c
+          s = sum(math.sin(freqs[m] * pos[0, t]) * sin_c[h, m, d] for m in range(3)) / norm_s
         else:
           c = s = 1.0
         x1, x2 = q[0, t, h, d], q[0, t, h, d + 8]
@@ -91,3 +93,50 @@ def test_bad_fope_fields_name_the_field(field, value, allowed):
   cfg[field] = value
   with pytest.raises(ConfigError, match=f"model.position.{field} must be {allowed}"):
     positions.build(cfg, DIMS, check_only=True)
+
+
+def test_every_accepted_configuration_gives_finite_bounded_factors():
+  """Over head_dim x train_len x gain x normalisation (seed 0): a configuration is either refused
+  in one line naming fope_init_gain, or its cos/sin factors are finite and at most MAX_FACTOR at
+  every position (sampled to 4 periods of the lowest kept frequency). The column-sum listing with
+  gain 0 and a column without an eye (M' = 5, P = 4: 0 / 0, the NaN the review found) is refused."""
+  from models.positions.fope import MAX_FACTOR
+  accepted = refused = 0
+  for head_dim in (8, 16, 32, 64, 128):
+    for train_len in (8, 32, 128, 1024, 8192):
+      for gain in (0.0, 0.3, 1.0, 3.0):
+        for normalize in ("none", "column_sum"):
+          dims = positions.Dims(num_heads=4, head_dim=head_dim, d_model=4 * head_dim,
+                                num_layers=1, train_len=train_len)
+          cfg = fope_cfg(fope_init_gain=gain, fope_normalize=normalize)
+          try:
+            scheme = positions.build(cfg, dims)
+          except ConfigError as e:
+            assert str(e).startswith("model.position.fope_init_gain=") and "\n" not in str(e)
+            refused += 1
+            continue
+          accepted += 1
+          pos = jnp.arange(0, 4 * train_len, max(1, train_len // 64), dtype=jnp.int32)[None]
+          for x in scheme.cos_sin(pos):
+            x = np.asarray(x)
+            assert np.isfinite(x).all() and np.abs(x).max() <= MAX_FACTOR + 1e-5
+  assert accepted > 100 and refused > 0
+  # The review's NaN: head_dim 16, train_len 1024: M' = 5 kept frequencies, P = 4 pairs, the
+  # eyes at rows 0, 2, 4 (step ceil(5/4) = 2), none in column 3.
+  dims = positions.Dims(num_heads=2, head_dim=16, d_model=32, num_layers=1, train_len=1024)
+  assert len(fope_frequencies(16, 10000.0, 1024)) == 5
+  with pytest.raises(ConfigError, match="fope_normalize='column_sum': .* sum to about 0"):
+    positions.build(fope_cfg(fope_init_gain=0.0, fope_normalize="column_sum"), dims)
+  positions.build(fope_cfg(fope_init_gain=0.0), dims)  # the released form: that column is 0
+
+
+def test_runs_stored_before_the_option_keep_the_listings_normalisation(tmp_path):
+  """A config.json without fope_normalize (the committed FoPE runs) loads as "column_sum"."""
+  import json
+  from configs.base import get_config
+  from configs.stored import load_run_config
+  c = get_config().to_dict()
+  del c["model"]["position"]["fope_normalize"]
+  (tmp_path / "config.json").write_text(json.dumps({"config": c}))
+  assert load_run_config(str(tmp_path)).model.position.fope_normalize == "column_sum"
+  assert get_config().model.position.fope_normalize == "none"

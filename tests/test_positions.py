@@ -197,7 +197,8 @@ FROZEN_POSITION = {
 ADDED_POSITION = {
     "p_rope_fraction": 0.75, "hope_train_len": -1, "rope_heads": -1, "alibi_heads": -1,
     "txl_untie_r": False, "dape_base": "alibi", "dape_mlp_width": 32,
-    "fope_train_len": -1, "fope_init_gain": 0.3, "fope_seed": 0, "pope_bias_init": "zeros",
+    "fope_train_len": -1, "fope_init_gain": 0.3, "fope_seed": 0, "fope_normalize": "none",
+    "pope_bias_init": "zeros",
     "abacus_max_offset": 99, "abacus_num_embeddings": 256, "bipe_separators": ".!?\n",
     "streaming_llm_sinks": 4, "streaming_llm_window": -1,
 }

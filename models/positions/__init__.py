@@ -87,6 +87,12 @@ def scheme_class(kind: str) -> type[PositionalScheme]:
   return REGISTRY[kind]
 
 
+def legacy_defaults() -> dict[str, object]:
+  """Every registered scheme's `legacy_defaults` (fields whose default changed -> the value
+  runs made before the change used), merged."""
+  return {k: v for cls in REGISTRY.values() for k, v in cls.legacy_defaults.items()}
+
+
 def config_fields() -> dict[str, tuple[object, str]]:
   """Every `model.position` field but `kind`, name -> (default, comment), in registry order.
 

@@ -115,6 +115,9 @@ class PositionalScheme(nnx.Module):
   max_position: int | None = None
   relative: bool = False
   config_fields: dict[str, tuple[object, str]] = {}
+  # Fields whose default changed, -> the value runs made before the change used: a stored
+  # config.json without the field means this value (configs/stored.py).
+  legacy_defaults: dict[str, object] = {}
   max_position_hint: str = ""  # how to evaluate longer, shown when a length is refused
   # True when `bias` of a block of keys equals that block of the bias over all keys (the bias
   # of pair (i, j) depends on positions and on q_i, k_j only). Attention then runs long
