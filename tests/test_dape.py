@@ -75,6 +75,7 @@ def test_dape_init_is_torch_linear_and_a_zero_mlp_leaves_the_base_bias():
 @pytest.mark.parametrize("field,value,allowed", [
     ("dape_base", "t5", r"one of \['alibi', 'fire', 'kerple_log'\]"),
     ("dape_mlp_width", 0, "a positive integer"),
+    ("dape_fire_form", "paper", r"one of \['released', 'fire'\]"),
     ("fire_mlp_width", -1, "a positive integer"),  # the fire base's own fields are checked too
 ])
 def test_bad_dape_fields_name_the_field(field, value, allowed):
@@ -90,3 +91,26 @@ def test_dape_needs_the_queries_and_keys():
   pos = jnp.zeros((1, 2), jnp.int32)
   with pytest.raises(ValueError, match="needs the queries and keys"):
     scheme.bias(pos, pos, 0)
+
+
+@pytest.mark.parametrize("form", ["released", "fire"])
+def test_dape_fire_base_is_the_authors_fire_c_or_fire_itself(form):
+  """dape_base=fire: the base bias is FIRE's f(psi(i - j) / psi(max(L, i))) with, as the authors'
+  FIRE_C (the default), LeakyReLU(0.01) in FIRE's MLP and L0 = 512 // 2 = 256; "fire" is
+  kind=fire's ReLU and L0 = 512. Written out for one head pair by hand (c = 0.1)."""
+  scheme = positions.build(dape_cfg(dape_base="fire", dape_fire_form=form), DIMS,
+                           rngs=nnx.Rngs(2))
+  f = scheme.base.function(0)
+  w1, b1, w2, b2 = (np.asarray(p[...], np.float64) for p in (f.w1, f.b1, f.w2, f.b2))
+  threshold, act = (256.0, leaky_relu) if form == "released" else (512.0, lambda v: max(v, 0.0))
+  qp = np.array([[3, 600]], np.int32)
+  kp = np.array([[0, 1, 2, 3, 590, 600]], np.int32)
+  got = np.asarray(scheme.base.bias(jnp.asarray(qp), jnp.asarray(kp), 0))
+  psi = lambda x: math.log(0.1 * x + 1)  # noqa: E731
+  for a, i in enumerate(qp[0]):
+    for b, j in enumerate(kp[0]):
+      if j > i:
+        continue
+      x = psi(i - j) / (psi(max(threshold, i)) + 1e-6)
+      want = np.array([act(v) for v in x * w1[0] + b1]) @ w2 + b2
+      np.testing.assert_allclose(got[0, :, a, b], want, rtol=1e-5, atol=1e-6)

@@ -129,14 +129,3 @@ def test_every_accepted_configuration_gives_finite_bounded_factors():
     positions.build(fope_cfg(fope_init_gain=0.0, fope_normalize="column_sum"), dims)
   positions.build(fope_cfg(fope_init_gain=0.0), dims)  # the released form: that column is 0
 
-
-def test_runs_stored_before_the_option_keep_the_listings_normalisation(tmp_path):
-  """A config.json without fope_normalize (the committed FoPE runs) loads as "column_sum"."""
-  import json
-  from configs.base import get_config
-  from configs.stored import load_run_config
-  c = get_config().to_dict()
-  del c["model"]["position"]["fope_normalize"]
-  (tmp_path / "config.json").write_text(json.dumps({"config": c}))
-  assert load_run_config(str(tmp_path)).model.position.fope_normalize == "column_sum"
-  assert get_config().model.position.fope_normalize == "none"

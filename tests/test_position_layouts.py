@@ -136,21 +136,33 @@ def test_bipe_reads_intra_segment_indices_in_the_embedding_and_segment_indices_i
   tokens = jnp.asarray(TOKENIZER.encode("ab. cd!\nx")[None], jnp.int32)
   pos, seg = jnp.arange(9)[None], jnp.ones((1, 9), jnp.int32)
   for kind in ("bipe_rope", "bipe_alibi"):
-    model = Decoder(tiny_config("unused", kind), rngs=nnx.Rngs(0))
-    embed_pos, attention_pos = model.position_streams(tokens, pos, seg)
-    assert embed_pos[0].tolist() == [0, 1, 2, 0, 1, 2, 3, 0, 0]
-    assert attention_pos[0].tolist() == [0, 0, 0, 1, 1, 1, 1, 2, 3]
+    # The released code's separators ('.' and newline, the default), then the sentence ends.
+    for seps, embed, attention in ((None, [0, 1, 2, 0, 1, 2, 3, 4, 0], [0, 0, 0, 1, 1, 1, 1, 1, 2]),
+                                   (".!?\n", [0, 1, 2, 0, 1, 2, 3, 0, 0],
+                                    [0, 0, 0, 1, 1, 1, 1, 2, 3])):
+      c = tiny_config("unused", kind)
+      if seps is not None:
+        c.model.position.bipe_separators = seps
+      model = Decoder(c, rngs=nnx.Rngs(0))
+      embed_pos, attention_pos = model.position_streams(tokens, pos, seg)
+      assert embed_pos[0].tolist() == embed and attention_pos[0].tolist() == attention
 
 
-def test_bipe_alibi_biases_by_segment_distance():
-  """Eq. of BiPE-ALiBi: the bias of query i on key j is -slope_h (n_i - n_j), 0 inside a
-  segment, whatever the token distance."""
+@pytest.mark.parametrize("scale", [None, 1.0])
+def test_bipe_alibi_biases_by_segment_distance(scale):
+  """Eq. of BiPE-ALiBi: the bias of query i on key j is -c slope_h (n_i - n_j), 0 inside a
+  segment, whatever the token distance; c = 96 by default (the released code's
+  `_init_alibi_mul96`), 1 = ALiBi's slopes."""
   dims = Dims(num_heads=2, head_dim=8, d_model=16, num_layers=1, train_len=16)
-  scheme = positions.build(position_config("bipe_alibi"), dims, rngs=nnx.Rngs(0))
+  cfg = position_config("bipe_alibi")
+  if scale is not None:
+    cfg.bipe_alibi_slope_scale = scale
+  scheme = positions.build(cfg, dims, rngs=nnx.Rngs(0))
   n = jnp.asarray([[0, 0, 0, 1, 1, 3]])
   bias = np.asarray(scheme.bias(n, n, 0))
   slopes = np.array([2.0 ** -4, 2.0 ** -8])  # ALiBi's geometric slopes 2^(-8h/H), H = 2 heads
-  want = -slopes[:, None, None] * (np.asarray(n[0])[:, None] - np.asarray(n[0])[None, :])
+  c = 96.0 if scale is None else scale
+  want = -c * slopes[:, None, None] * (np.asarray(n[0])[:, None] - np.asarray(n[0])[None, :])
   np.testing.assert_allclose(bias[0], want, rtol=1e-6)
 
 
@@ -160,6 +172,7 @@ def test_bipe_alibi_biases_by_segment_distance():
                                             "abacus_max_offset \\+ 2 = 101"),
     ("bipe_rope", "bipe_separators", "", "bipe_separators must be a non-empty string"),
     ("bipe_alibi", "alibi_interpolation", True, "not defined for kind='bipe_alibi'"),
+    ("bipe_alibi", "bipe_alibi_slope_scale", 0.0, "bipe_alibi_slope_scale must be a finite number > 0"),
 ])
 def test_bad_fields_are_refused_naming_the_field(kind, field, value, match):
   dims = Dims(num_heads=2, head_dim=8, d_model=16, num_layers=1, train_len=16)

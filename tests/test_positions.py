@@ -199,7 +199,8 @@ ADDED_POSITION = {
     "txl_untie_r": False, "dape_base": "alibi", "dape_mlp_width": 32,
     "fope_train_len": -1, "fope_init_gain": 0.3, "fope_seed": 0, "fope_normalize": "none",
     "pope_bias_init": "zeros",
-    "abacus_max_offset": 99, "abacus_num_embeddings": 256, "bipe_separators": ".!?\n",
+    "abacus_max_offset": 99, "abacus_num_embeddings": 256, "bipe_separators": ".\n",
+    "bipe_alibi_slope_scale": 96.0,
     "streaming_llm_sinks": 4, "streaming_llm_window": -1,
 }
 
@@ -258,3 +259,23 @@ def test_command_line_overrides_keep_their_types():
   assert isinstance(p.rope_theta, float)
   with pytest.raises(flags.IllegalFlagValueError):
     parse("--config.model.position.nope_every=1.5")
+
+
+def test_runs_stored_before_a_default_changed_keep_the_values_they_used(tmp_path):
+  """A config.json without fields whose default changed (the schemes' legacy_defaults: FoPE's
+  normalisation, BiPE's separators and BiPE-ALiBi's slope factor; YaRN's ramp) loads with the
+  values those runs used; today's defaults are the released codes'."""
+  import json
+  from configs.base import get_config
+  from configs.stored import load_run_config
+  c = get_config().to_dict()
+  legacy = {"fope_normalize": "column_sum", "bipe_separators": ".!?\n",
+            "bipe_alibi_slope_scale": 1.0, "yarn_ramp": "ratio"}
+  for name in legacy:
+    del c["model"]["position"][name]
+  (tmp_path / "config.json").write_text(json.dumps({"config": c}))
+  stored = load_run_config(str(tmp_path)).model.position
+  assert {k: stored[k] for k in legacy} == legacy
+  today = get_config().model.position
+  assert {k: today[k] for k in legacy} == {"fope_normalize": "none", "bipe_separators": ".\n",
+                                          "bipe_alibi_slope_scale": 96.0, "yarn_ramp": "index"}

@@ -12,6 +12,14 @@ index j of segment n gets
   * a relative encoding of n - n' in attention: RoPE over segment indices (`bipe_rope`, the
     paper's BiPE-RoPE, rope_theta as RoPE's) or ALiBi over segment indices (`bipe_alibi`,
     BiPE-ALiBi).
+Departures of the released code (github.com/zhenyuhe00/BiPE) from the paper, followed here by
+default, each with a field for the other choice:
+  * segments end only at '.' and newline (its `BiPE_seps`, the Llama token ids of "." and "\n"):
+    `bipe_separators` = ".\n"; the paper speaks of sentences, which ".!?\n" (what runs made
+    before the field's default changed used: `LEGACY_DEFAULTS`) follows more closely;
+  * BiPE-ALiBi multiplies ALiBi's slopes by 96 on segment indices (its `_init_alibi_mul96`): a
+    segment boundary costs what 96 tokens cost plain ALiBi; `bipe_alibi_slope_scale` = 96, 1 =
+    ALiBi's own slopes (the paper's description, and runs before the field).
 The pipeline gives `positions` = j and `aux_positions` = n; the embedding hook reads j, the
 attention hooks (and the fused kernel, and the KV cache) read n (`attention_stream = "aux"`).
 RoPE scaling methods and ALiBi interpolation are not offered on segment indices here (the paper
@@ -28,8 +36,12 @@ from models.positions.alibi import ALiBi
 from models.positions.rope import RoPE
 
 BIPE_FIELDS = {
-    "bipe_separators": (".!?\n", "BiPE: characters that end a segment (tokens ending in one)."),
+    "bipe_separators": (".\n", "BiPE: characters that end a segment (tokens ending in one); the "
+                               "released code's '.' and newline."),
 }
+SLOPE_SCALE = 96.0  # the released code's factor on BiPE-ALiBi's slopes (`_init_alibi_mul96`)
+# Fields whose default changed -> the value runs made before the change used (configs/stored.py).
+LEGACY_DEFAULTS = {"bipe_separators": ".!?\n", "bipe_alibi_slope_scale": 1.0}
 
 
 class _IntraSegmentTable(nnx.Module):
@@ -49,10 +61,10 @@ class _IntraSegmentTable(nnx.Module):
 
 def check_bipe(cfg) -> None:
   """Raises `ConfigError` for a bad `bipe_separators` (a non-empty string)."""
-  seps = cfg.get("bipe_separators", ".!?\n")
+  seps = cfg.get("bipe_separators", ".\n")
   if not isinstance(seps, str) or not seps:
     raise ConfigError(f"model.position.bipe_separators must be a non-empty string of characters "
-                      f"that end a segment (e.g. '.!?\\n'); got {seps!r}")
+                      f"that end a segment (e.g. '.\\n'); got {seps!r}")
 
 
 class BiPERoPE(RoPE):
@@ -64,6 +76,7 @@ class BiPERoPE(RoPE):
   position_layout = "segments"
   attention_stream = "aux"
   config_fields = {**RoPE.config_fields, **BIPE_FIELDS}
+  legacy_defaults = {"bipe_separators": LEGACY_DEFAULTS["bipe_separators"]}
 
   @classmethod
   def check_config(cls, cfg, dims):
@@ -82,25 +95,37 @@ class BiPERoPE(RoPE):
 
 class BiPEALiBi(ALiBi):
   """BiPE-ALiBi (arXiv 2401.16421): learned table of intra-segment index + ALiBi over segment
-  index (bias -slope_h * (n_q - n_k))."""
+  index (bias -c slope_h * (n_q - n_k), c = `bipe_alibi_slope_scale`, the released code's 96)."""
 
   relative = False
   position_layout = "segments"
   attention_stream = "aux"
-  config_fields = {**ALiBi.config_fields, **BIPE_FIELDS}
+  config_fields = {**ALiBi.config_fields, **BIPE_FIELDS,
+                   "bipe_alibi_slope_scale": (SLOPE_SCALE, "bipe_alibi: slopes times this on "
+                                                           "segment indices (released code 96; 1 = "
+                                                           "ALiBi's).")}
+  legacy_defaults = LEGACY_DEFAULTS
 
   @classmethod
   def check_config(cls, cfg, dims):
     super().check_config(cfg, dims)
     check_bipe(cfg)
+    scale = cfg.get("bipe_alibi_slope_scale", SLOPE_SCALE)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
+        0 < scale < float("inf")):
+      raise ConfigError(f"model.position.bipe_alibi_slope_scale must be a finite number > 0 (96 = "
+                        f"the released code, 1 = ALiBi's slopes); got {scale!r}")
     if cfg.get("alibi_interpolation", False):
       raise ConfigError("model.position.alibi_interpolation=True is not defined for kind="
                         "'bipe_alibi' (its positions are segment indices, not tokens); set it "
                         "to False")
 
   def __init__(self, cfg, dims, *, rngs):
-    """cfg: `model.position` (alibi_heads, bipe_separators); dims: see `Dims`."""
+    """cfg: `model.position` (alibi_heads, bipe_separators, bipe_alibi_slope_scale); dims: see
+    `Dims`."""
     super().__init__(cfg, dims, rngs=rngs)
+    scale = float(cfg.get("bipe_alibi_slope_scale", SLOPE_SCALE))
+    self.slopes = tuple(m * scale for m in self.slopes)  # static, hashable (bias, kernel_spec)
     self.intra = _IntraSegmentTable(dims, rngs)
 
   def embed(self, x, positions):

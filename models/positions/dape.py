@@ -24,14 +24,20 @@ megatron/model/positional_embeddings.py, `AliBi_C`, `ParallelKerpleLog_C`, `FIRE
   - the residual `B +` is kept (the code returns `x + a + mlp(cat(x, a))`);
   - LeakyReLU with PyTorch's default negative slope 0.01; both linear layers with
     `torch.nn.Linear`'s default init, weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+  - with `dape_base="fire"`, the FIRE bias as the authors' `FIRE_C` computes it
+    (`dape_fire_form="released"`, the default): its MLP with LeakyReLU (slope 0.01) instead of
+    FIRE's ReLU, and the threshold L0 = floor(fire_init_threshold / 2) (its `init_L // 2`: 256
+    for the default 512); `dape_fire_form="fire"` uses FIRE exactly as kind="fire" (Li et al.,
+    arXiv 2310.04418), what runs made before the field used (`legacy_defaults`);
   - one MLP per layer (the code builds one per attention layer; `per_layer=True`), or one shared
     by all layers (`per_layer=False`); the base bias follows the same `per_layer` (KERPLE's r1, r2;
     FIRE's MLP), ALiBi has no parameters.
 The MLP reads every head's logits, so DAPE couples heads; the fused kernel has no such term and
 attention runs the XLA path (`kernel_spec` says why). Memory: f's hidden activations are float32
 [batch, q_len, k_len, W] (W / H times the logits); attention's query chunks and key blocks
-bound them at long lengths. Time: measured on 2 CPU cores at configs/alibi_tiny.py, a training step
-takes 3.3x ALiBi's (3,307 vs 10,968 tokens/s, bench/train_throughput.py; results/README.md).
+bound them at long lengths. Time: the MLP runs once per (query, key) pair, so a training step costs
+several ALiBi steps; measure it with `python bench/train_throughput.py --configs=tiny
+--kinds=alibi,dape`.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from models.positions.kerple import KerpleLog
 # The static biases DAPE can adapt: `dape_base` -> scheme class (its own fields configure it).
 BASES: dict[str, type[PositionalScheme]] = {"alibi": ALiBi, "kerple_log": KerpleLog, "fire": FIRE}
 LEAKY_SLOPE = 0.01  # torch.nn.LeakyReLU's default negative slope (the authors' code)
+FIRE_FORMS = ("released", "fire")  # dape_fire_form
 
 
 def dape_mlp(logits: jax.Array, static: jax.Array, w1: jax.Array, b1: jax.Array, w2: jax.Array,
@@ -111,7 +118,10 @@ class DAPE(PositionalScheme):
       "dape_base": ("alibi", "DAPE's static bias B: alibi | kerple_log | fire (configured by "
                              "that scheme's fields)."),
       "dape_mlp_width": (32, "hidden width W of DAPE's MLP over [logits; bias] (D_DAPE)."),
+      "dape_fire_form": ("released", 'dape_base=fire: "released" (FIRE_C: LeakyReLU, threshold '
+                                     'floor(L0/2)) | "fire" (as kind=fire).'),
   }
+  legacy_defaults = {"dape_fire_form": "fire"}
 
   @classmethod
   def check_config(cls, cfg, dims):
@@ -122,14 +132,22 @@ class DAPE(PositionalScheme):
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
       raise ConfigError(f"model.position.dape_mlp_width must be a positive integer; got {width!r}")
     check_per_layer(cfg)
+    form = cfg.get("dape_fire_form", "released")
+    if form not in FIRE_FORMS:
+      raise ConfigError(f"model.position.dape_fire_form must be one of {list(FIRE_FORMS)}; "
+                        f"got {form!r}")
     BASES[base].check_config(cfg, dims)
 
   def __init__(self, cfg, dims, *, rngs):
-    """cfg: `model.position` (dape_base and its fields, dape_mlp_width, per_layer); dims: see
+    """cfg: `model.position` (dape_base and its fields, dape_mlp_width, per_layer,
+    dape_fire_form); dims: see
     `Dims` (num_heads, head_dim, num_layers, param_dtype)."""
     self.per_layer = bool(cfg.per_layer)
     self.scale = float(dims.head_dim) ** -0.5  # Vaswani et al., Eq. 1, as attention's logits
     self.base = BASES[cfg.get("dape_base", "alibi")](cfg, dims, rngs=rngs)
+    if isinstance(self.base, FIRE) and cfg.get("dape_fire_form", "released") == "released":
+      self.base.negative_slope = LEAKY_SLOPE  # the authors' FIRE_C
+      self.base.init_threshold = float(self.base.init_threshold // 2)  # its init_L // 2
     sets = dims.num_layers if self.per_layer else 1
     self.mlps = nnx.List([DapeMLP(int(cfg.get("dape_mlp_width", 32)), dims.num_heads,
                                   dims.param_dtype, rngs=rngs) for _ in range(sets)])

@@ -65,18 +65,21 @@ def fire_normalized_distance(q_positions: jax.Array, k_positions: jax.Array, c: 
 
 
 def fire_mlp(x: jax.Array, w1: jax.Array, b1: jax.Array, w2: jax.Array,
-             b2: jax.Array) -> jax.Array:
-  """f_theta applied elementwise, heads first: `relu(x w1 + b1) w2 + b2`.
+             b2: jax.Array, negative_slope: float = 0.0) -> jax.Array:
+  """f_theta applied elementwise, heads first: `relu(x w1 + b1) w2 + b2` (FIRE's paper), or
+  with `negative_slope` > 0 a LeakyReLU of that slope (the FIRE inside DAPE's released code).
 
   Args:
     x: float32 [batch, q_len, k_len] MLP inputs.
     w1: [1, width]; b1: [width]; w2: [width, heads]; b2: [heads] (cast to float32).
+    negative_slope: 0 = ReLU; > 0 = LeakyReLU's slope for negative inputs.
 
   Returns:
     float32 [batch, heads, q_len, k_len].
   """
   f32 = jnp.float32
-  hidden = jax.nn.relu(x[..., None] * w1.astype(f32)[0] + b1.astype(f32))  # [b, q, k, width]
+  pre = x[..., None] * w1.astype(f32)[0] + b1.astype(f32)  # [b, q, k, width]
+  hidden = jax.nn.leaky_relu(pre, negative_slope) if negative_slope else jax.nn.relu(pre)
   out = jnp.einsum("bqkw,wh->bhqk", hidden, w2.astype(f32), precision=jax.lax.Precision.HIGHEST,
                    preferred_element_type=f32)
   return out + b2.astype(f32)[None, :, None, None]
@@ -149,6 +152,7 @@ class FIRE(PositionalScheme):
     dims: see `Dims` (num_heads, num_layers, param_dtype)."""
     self.per_layer = bool(cfg.per_layer)
     self.init_threshold = float(cfg.fire_init_threshold)  # L0, tokens (fixed, not learned)
+    self.negative_slope = 0.0  # ReLU in the MLP; DAPE's released FIRE sets LeakyReLU's 0.01
     sets = dims.num_layers if self.per_layer else 1
     self.functions = nnx.List([
         FireFunction(int(cfg.fire_mlp_width), dims.num_heads, float(cfg.fire_init_c),
@@ -178,4 +182,4 @@ class FIRE(PositionalScheme):
     f = self.function(layer)
     x = fire_normalized_distance(q_positions, k_positions, f.c[...].astype(jnp.float32),
                                  self.threshold(layer))
-    return fire_mlp(x, f.w1[...], f.b1[...], f.w2[...], f.b2[...])
+    return fire_mlp(x, f.w1[...], f.b1[...], f.w2[...], f.b2[...], self.negative_slope)
