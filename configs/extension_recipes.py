@@ -168,7 +168,7 @@ def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
   return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
 
 
-RECIPES = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope")
+RECIPES = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope", "eabf")
 
 
 def recipe_of(child: dict, parent: dict | None) -> str:
@@ -181,8 +181,9 @@ def recipe_of(child: dict, parent: dict | None) -> str:
 
   Returns:
     One of RECIPES: "drope" (RoPE removed: kind "none"), "pose" (the position sampler), the
-    child's `rope_scaling` (pi, ntk, yarn, longrope, or another catalogue entry), "abf" (the
-    base raised: rope_theta above the parent's, or above 10,000 without the parent), else
+    child's `rope_scaling` (pi, ntk, yarn, longrope, or another catalogue entry), "eabf" (the
+    base raised and the attention temperature on), "abf" (the base raised: rope_theta above the
+    parent's, or above 10,000 without the parent), else
     "extrapolation" (the positions unchanged).
   """
   pos = "model.position."
@@ -195,5 +196,5 @@ def recipe_of(child: dict, parent: dict | None) -> str:
     return str(scaling)
   base = (parent or {}).get(pos + "rope_theta", 10000.0)
   if child.get(pos + "rope_theta", base) > base:
-    return "abf"
+    return "eabf" if child.get(pos + "attention_temperature") else "abf"
   return "extrapolation"

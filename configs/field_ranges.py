@@ -206,6 +206,8 @@ FIELD_RANGES: dict[str, Range] = {
     "model.position.string_attention_factor": Float(
         0, low_open=True, also=((-1, "0.1 ln 2 + 1, STRING's code"),)),
     "model.position.attention_temperature_layers": Int(0, each=True),
+    "model.position.attention_temperature_c": NONNEG_REAL,
+    "model.position.attention_temperature_l0": AUTO_LEN,
     # train
     "train.num_steps": POSITIVE,
     "train.grad_accum_steps": POSITIVE,

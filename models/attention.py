@@ -22,7 +22,7 @@ from flax import nnx
 from models import attention_path, context_parallel
 from models.kernels import flash, partition
 from models.norms import RMSNorm
-from models.position_transforms import PositionTransform, attention_temperature_scale
+from models.position_transforms import PositionTransform, Temperature, attention_temperature_scale
 from models.positions import Dims, PositionalScheme
 
 
@@ -228,7 +228,8 @@ class Attention(nnx.Module):
 
   def __init__(self, dims: Dims, layer: int, *, dtype, rngs: nnx.Rngs, chunk: int = 0,
                window: int = 0, logn_scaling: bool = False,
-               transform: PositionTransform = PositionTransform(), temperature: str = "",
+               transform: PositionTransform = PositionTransform(),
+               temperature: Temperature | str = Temperature(),
                qk_norm: str = "none", qkv_bias: bool = False, norm_eps: float = 1e-6):
     """Args:
       dims: model sizes (num_heads, kv_heads, head_dim, ...); layer: this block's index (passed
@@ -237,9 +238,9 @@ class Attention(nnx.Module):
       window: sliding-window size in tokens for this layer (0 = full causal attention).
       logn_scaling: scale queries by log(n) / log(train_len), n = position + 1 (see `logn_scale`).
       transform: eval-time position-id transform (models/position_transforms.py); default none.
-      temperature: eval-time attention temperature of this layer, a form of
-        `position_transforms.TEMPERATURE_FORMS` ("" = none): queries times
-        `attention_temperature_scale(positions, train_len, temperature)`, 1 up to train_len.
+      temperature: eval-time attention temperature of this layer, a
+        `position_transforms.Temperature` (or just its form, a string; "" = none): queries times
+        `attention_temperature_scale(positions, train_len, ...)`, 1 up to train_len.
       qk_norm: one of QK_NORMS (model.qk_norm); qkv_bias: biases on q, k, v (model.qkv_bias);
       norm_eps: the QK-norms' epsilon (model.norm_eps).
 
@@ -279,7 +280,7 @@ class Attention(nnx.Module):
     self.window = window
     self.logn_train_len = dims.train_len if logn_scaling else 0
     self.transform = transform
-    self.temperature = temperature
+    self.temperature = Temperature(temperature) if isinstance(temperature, str) else temperature
     self.temperature_train_len = dims.train_len
     self.impl = dims.attention_impl  # "xla" | "pallas" (model.attention_impl)
     self.kernel_blocks = flash.BlockSizes(*dims.kernel_blocks)  # model.kernel_block_* (tokens)
@@ -408,9 +409,12 @@ class Attention(nnx.Module):
       kr = repeat_kv(kr, self.num_heads)  # grouped-query keys, one per query head from here
       if self.logn_train_len:
         qr = qr * logn_scale(positions, self.logn_train_len)[:, :, None, None].astype(qr.dtype)
-      if self.temperature:
-        scale = attention_temperature_scale(positions, self.temperature_train_len,
-                                            self.temperature)
+      if self.temperature.form:
+        t = self.temperature
+        lengths = (jnp.maximum(context_parallel.sequence_max(positions.max(axis=-1)),
+                               k_positions.max(axis=-1)) + 1) if t.per == "sequence" else None
+        scale = attention_temperature_scale(positions, self.temperature_train_len, t.form,
+                                            c=t.c, l0=t.l0, per=t.per, lengths=lengths)
         qr = qr * scale[:, :, None, None].astype(qr.dtype)
       scale = jnp.asarray(qr.shape[-1] ** -0.5, qr.dtype)  # Vaswani et al., Eq. 1
       out.append((qr, kr, br, _heads(qr) * scale, _heads(kr)))

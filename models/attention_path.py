@@ -45,9 +45,9 @@ def kernel_spec(attn, scheme: PositionalScheme, positions: jax.Array, cache,
     reason = f"sliding-window layer (window {attn.window})"
   elif attn.logn_train_len:
     reason = "model.logn_scaling"
-  elif attn.temperature:
+  elif attn.temperature.form:
     reason = (f"the attention temperature (model.position.attention_temperature, form "
-              f"{attn.temperature!r}: a per-query scale)")
+              f"{attn.temperature.form!r}: a per-query scale)")
   elif attn.transform.kind != "none":
     reason = f"position transform {attn.transform.kind!r}"
   else:

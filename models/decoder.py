@@ -111,7 +111,8 @@ class Block(nnx.Module):
 
   def __init__(self, dims: Dims, layer: int, mlp_dim: int, activation: str, *, dtype, rngs,
                attention_chunk: int = 0, window: int = 0, logn_scaling: bool = False,
-               transform: PositionTransform = PositionTransform(), temperature: str = "",
+               transform: PositionTransform = PositionTransform(),
+               temperature: position_transforms.Temperature = position_transforms.Temperature(),
                qk_norm: str = "none", qkv_bias: bool = False, norm_eps: float = 1e-6,
                norm_position: str = "pre"):
     if norm_position not in NORM_POSITIONS:
@@ -192,7 +193,8 @@ class Decoder(nnx.Module):
     self.blocks = nnx.List([
         Block(dims, i, m.mlp_dim, m.mlp_activation, dtype=self.dtype, rngs=rngs,
               attention_chunk=m.attention_chunk, window=layer_window(m, i),
-              logn_scaling=m.logn_scaling, transform=transform, temperature=temperature[i],
+              logn_scaling=m.logn_scaling, transform=transform,
+              temperature=position_transforms.temperature_of(m.position, temperature[i]),
               qk_norm=m.get("qk_norm", "none"), qkv_bias=m.get("qkv_bias", False), norm_eps=eps,
               norm_position=m.get("norm_position", "pre"))  # configs before the field: "pre"
         for i in range(m.num_layers)])

@@ -175,7 +175,10 @@ EXTENSIONS: dict[str, Extension] = {
                                params=("streaming_llm_sinks",)),
     "attention_temperature": Extension(_attention_temperature, kinds=None,
                                        params=("attention_temperature_form",
-                                               "attention_temperature_layers")),
+                                               "attention_temperature_layers"),
+                                       optional_params=("attention_temperature_c",
+                                                        "attention_temperature_l0",
+                                                        "attention_temperature_per")),
 }
 # Fields of model.position that only an eval-time extension reads (when the run was trained
 # without RoPE scaling and without a position transform), so eval.run may set them:

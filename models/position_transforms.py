@@ -71,6 +71,17 @@ L and grows with n = position + 1 beyond (`attention_temperature_scale`). Forms
                n / L (YaRN itself uses one s for the whole sequence, and scales q and k by the
                square root each; this per-position form is this codebase's, so that it too is
                1 up to L).
+  log          beta = 1 + c ln max(1, n / L0) with explicit constants: c =
+               `attention_temperature_c` (0.1 by default) and L0 = `attention_temperature_l0`
+               (-1 = L): the form the temperature-scaling literature states with its own constants
+               (SWAN-GPT, arXiv 2504.08719, and DroPE, Gelberg et al., arXiv 2512.12167, scale
+               the logits by a log of the length ratio beyond the training context; their
+               constants are set here, not assumed).
+
+Every form takes n per query (n = position + 1, `attention_temperature_per` = "query", the
+default) or one value per sequence ("sequence": n = the row's length, 1 + its largest position, so
+every query of a long sequence is scaled alike, as methods that choose one scale for the whole
+input do).
 
 Fields: `attention_temperature` (on/off; eval.extension=attention_temperature sets it),
 `attention_temperature_form`, `attention_temperature_layers` (() = every layer). L =
@@ -117,7 +128,8 @@ DEFAULTS = {name: default for name, (default, _) in CONFIG_FIELDS.items()}
 # STRING's attention factor in the authors' code (HKUNLP/STRING string_for_llama.py).
 STRING_ATTENTION_FACTOR = 0.1 * math.log(2) + 1
 
-TEMPERATURE_FORMS = ("logn", "yarn")
+TEMPERATURE_FORMS = ("logn", "yarn", "log")
+TEMPERATURE_PER = ("query", "sequence")
 # The model.position fields of the eval-time attention temperature (module docstring), name ->
 # (default, comment); models.positions.config_fields gathers them (configs/base.py).
 TEMPERATURE_FIELDS = {
@@ -127,7 +139,29 @@ TEMPERATURE_FIELDS = {
                                            "(0.1 ln max(1, n/L) + 1)^2; n = position + 1."),
     "attention_temperature_layers": ((), "layers whose queries are scaled; () = all (EABF: all "
                                          "but 0 and 1)."),
+    "attention_temperature_c": (0.1, '"log": c of 1 + c ln max(1, n / L0).'),
+    "attention_temperature_l0": (-1, "reference length L of every form (L0), tokens; -1 = "
+                                     "train_len."),
+    "attention_temperature_per": ("query", '"query": n = position + 1 | "sequence": n = the '
+                                           "row's length."),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Temperature:
+  """One layer's attention temperature (static, hashable).
+
+  Attributes:
+    form: one of TEMPERATURE_FORMS, or "" (none).
+    c: the "log" form's c (dimensionless, >= 0).
+    l0: the reference length L of every form, tokens; -1 = train_len.
+    per: "query" (n = position + 1) or "sequence" (n = the row's length).
+  """
+
+  form: str = ""
+  c: float = 0.1
+  l0: int = -1
+  per: str = "query"
 TEMPERATURE_DEFAULTS = {name: default for name, (default, _) in TEMPERATURE_FIELDS.items()}
 
 # region(distance, k_positions) -> bool [batch, 1, q_len, k_len], or None for everywhere.
@@ -358,6 +392,18 @@ def _check_temperature(cfg, train_len: int, num_layers: int | None) -> None:
   if on and train_len < 2:
     raise ConfigError(f"model.position.attention_temperature needs data.train_len >= 2 (it "
                       f"divides by log L); got {train_len}")
+  c = _temperature_field(cfg, "attention_temperature_c")
+  if not (_is_number(c) and c >= 0):
+    raise ConfigError(f"model.position.attention_temperature_c must be a finite number >= 0; "
+                      f"got {c!r}")
+  l0 = _temperature_field(cfg, "attention_temperature_l0")
+  if not (_is_int(l0) and (l0 == -1 or l0 >= 1)):
+    raise ConfigError(f"model.position.attention_temperature_l0 must be a positive number of "
+                      f"tokens or -1 (train_len); got {l0!r}")
+  per = _temperature_field(cfg, "attention_temperature_per")
+  if per not in TEMPERATURE_PER:
+    raise ConfigError(f"model.position.attention_temperature_per must be one of "
+                      f"{list(TEMPERATURE_PER)}; got {per!r}")
 
 
 def temperature_forms(cfg, num_layers: int, train_len: int) -> tuple[str, ...]:
@@ -375,25 +421,54 @@ def temperature_forms(cfg, num_layers: int, train_len: int) -> tuple[str, ...]:
   return tuple(form if i in layers else "" for i in range(num_layers))
 
 
-def attention_temperature_scale(positions: jax.Array, train_len: int, form: str) -> jax.Array:
+def temperature_of(cfg, form: str) -> Temperature:
+  """The `Temperature` of one layer applying `form` ("" = none), with the constants of `cfg`
+  (= `model.position`; absent fields take `TEMPERATURE_DEFAULTS`)."""
+  if not form:
+    return Temperature()
+  return Temperature(form, float(_temperature_field(cfg, "attention_temperature_c")),
+                     int(_temperature_field(cfg, "attention_temperature_l0")),
+                     _temperature_field(cfg, "attention_temperature_per"))
+
+
+def attention_temperature_scale(positions: jax.Array, train_len: int, form: str, *,
+                                c: float = 0.1, l0: int = -1, per: str = "query",
+                                lengths: jax.Array | None = None) -> jax.Array:
   """The factor on each query (hence on its logits) of the attention temperature.
 
-  n = position + 1 (the keys a causal query sees); L = train_len. "logn": max(1, ln n / ln L);
-  "yarn": (0.1 ln max(1, n / L) + 1)^2 (module docstring for the papers). Both are exactly 1 for
-  n <= L.
+  n = position + 1 (the keys a causal query sees; per="query") or the row's length (per=
+  "sequence": `lengths`, else 1 + the row's largest position); L = train_len. "logn":
+  max(1, ln n / ln L); "yarn": (0.1 ln max(1, n / L) + 1)^2; "log": 1 + c ln max(1, n / L) (module
+  docstring for the papers), L = `l0` when set (a child fine-tuned at a longer train_len scales
+  relative to its parent's length, as entropy-aware ABF does), else train_len. All are exactly 1
+  for n <= L.
 
   Args:
     positions: int32 [batch, seq] query position ids.
     train_len: L >= 2, tokens.
     form: one of TEMPERATURE_FORMS.
+    c: the "log" form's c (dimensionless).
+    l0: the reference length L of every form, tokens; -1 = train_len.
+    per: "query" | "sequence".
+    lengths: int32 [batch] row lengths for per="sequence" (a KV cache's: 1 + the largest key
+      position), or None.
 
   Returns:
     float32 [batch, seq] factors >= 1.
 
   Raises:
-    ValueError: an unknown form.
+    ValueError: an unknown form or per.
   """
-  n = positions.astype(jnp.float32) + 1.0
+  if per == "sequence":
+    rows = positions.max(axis=-1) + 1 if lengths is None else lengths
+    n = jnp.broadcast_to(rows.astype(jnp.float32)[:, None], positions.shape)
+  elif per == "query":
+    n = positions.astype(jnp.float32) + 1.0
+  else:
+    raise ValueError(f"per must be one of {TEMPERATURE_PER}; got {per!r}")
+  train_len = train_len if l0 == -1 else l0  # the reference length of every form
+  if form == "log":
+    return 1.0 + np.float32(c) * jnp.log(jnp.maximum(1.0, n / np.float32(train_len)))
   if form == "logn":
     return jnp.maximum(1.0, jnp.log(n) / np.float32(np.log(train_len)))
   if form == "yarn":

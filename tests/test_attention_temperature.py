@@ -99,7 +99,7 @@ def test_the_extension_applies_to_any_scheme(kind):
                            "attention_temperature_layers": ()}}
   assert extensions.extension_suffix("attention_temperature", 8.0) == "_attention_temperature"
   model = Decoder(out, rngs=nnx.Rngs(0))
-  assert [b.attention.temperature for b in model.blocks] == ["logn", "logn"]
+  assert [b.attention.temperature.form for b in model.blocks] == ["logn", "logn"]
 
 
 def test_eval_time_form_and_layers_may_change_for_the_extension_only():
@@ -128,7 +128,7 @@ def test_a_run_with_logn_scaling_is_refused():
 @pytest.mark.parametrize("fields,match", [
     (dict(attention_temperature=1), r"model\.position\.attention_temperature must be True or False"),
     (dict(attention_temperature_form="sqrt"),
-     r"model\.position\.attention_temperature_form must be one of \['logn', 'yarn'\]"),
+     r"model\.position\.attention_temperature_form must be one of \['logn', 'yarn', 'log'\]"),
     (dict(attention_temperature_layers=(1, 1)),
      r"model\.position\.attention_temperature_layers must be a tuple of distinct layer indices"),
     (dict(attention_temperature_layers=(-1,)),  # configs/field_ranges.py, before the scheme
@@ -152,3 +152,31 @@ def test_layers_beyond_the_model_are_refused_before_compilation():
   c.model.position.attention_temperature = True
   with pytest.raises(ConfigError, match=r"beyond model\.num_layers=2"):
     Decoder(c, rngs=nnx.Rngs(0))
+
+
+def test_the_log_form_with_explicit_constants_per_query_and_per_sequence():
+  """beta = 1 + c ln max(1, n / L0): by hand for c = 0.3, L0 = 16, per query (n = position + 1)
+  and per sequence (n = the row's length, every query alike); 1 up to L0."""
+  pos = jnp.asarray([[0, 15, 16, 31, 63], [0, 1, 2, 3, 4]], jnp.int32)
+  got = np.asarray(position_transforms.attention_temperature_scale(pos, 32, "log", c=0.3, l0=16))
+  n = np.asarray(pos) + 1.0
+  np.testing.assert_allclose(got, 1 + 0.3 * np.log(np.maximum(1, n / 16)), rtol=1e-6)
+  assert (got[:, :2] == 1).all() and got[0, 4] == pytest.approx(1 + 0.3 * math.log(4))
+  seq = np.asarray(position_transforms.attention_temperature_scale(pos, 32, "log", c=0.3, l0=-1,
+                                                                    per="sequence"))
+  np.testing.assert_allclose(seq[0], [1 + 0.3 * math.log(64 / 32)] * 5, rtol=1e-6)
+  assert (seq[1] == 1).all()  # a row of 5 tokens, below L0 = train_len = 32
+  c = tiny_config("unused", "rope")
+  c.model.position.update(attention_temperature=True, attention_temperature_form="log",
+                          attention_temperature_c=0.3, attention_temperature_l0=16,
+                          attention_temperature_per="sequence")
+  model = Decoder(c, rngs=nnx.Rngs(0))
+  assert model.blocks[0].attention.temperature == position_transforms.Temperature(
+      "log", 0.3, 16, "sequence")
+  for field, value, match in (("attention_temperature_c", -1.0, "finite number >= 0"),
+                              ("attention_temperature_l0", 0, "positive number of tokens or -1"),
+                              ("attention_temperature_per", "token", r"one of \['query', 'sequence'\]")):
+    bad = tiny_config("unused", "rope").model.position
+    bad[field] = value
+    with pytest.raises(ConfigError, match=f"model.position.{field} must be .*{match}"):
+      position_transforms.check_config(bad, 32)

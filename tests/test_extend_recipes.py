@@ -34,6 +34,7 @@ def parent(text_corpus, tmp_path_factory) -> str:
   format sweeps/longrope_search.py writes (rot_dim/2 = 8 monotone factors for s = 4)."""
   workdir = str(tmp_path_factory.mktemp("parent") / "rope")
   c = tiny_config(text_corpus, "rope")
+  c.model.num_layers = 3  # EABF scales layers 2.. only
   c.train.num_steps, c.train.checkpoint_every_steps = 6, 6
   c.eval.length_multipliers = (1.0,)
   train.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
@@ -63,14 +64,19 @@ def test_every_recipe_trains_from_its_parent(parent, tmp_path, name):
                                                                          512]
   expected = {"extrapolation": ("rope", "none"), "pi": ("rope", "pi"), "ntk": ("rope", "ntk"),
               "yarn": ("rope", "yarn"), "abf": ("rope", "none"), "pose": ("rope", "pi"),
-              "longrope": ("rope", "longrope"), "drope": ("none", "none")}[name]
+              "longrope": ("rope", "longrope"), "drope": ("none", "none"),
+              "eabf": ("rope", "none")}[name]
   assert (pos.kind, pos.rope_scaling) == expected, name
   if name in ("pi", "ntk", "yarn", "pose", "longrope"):
     assert pos.rope_scaling_factor == 4.0
   if name == "yarn":
     assert pos.rope_scaling_train_len == 32 and pos.yarn_ramp == "index"
-  if name == "abf":
+  if name in ("abf", "eabf"):
     assert pos.rope_theta == 500000.0
+  # EABF (arXiv 2401.07004): log_L n on every layer but the first two, L = the parent's 32.
+  assert (pos.attention_temperature, pos.attention_temperature_layers,
+          pos.attention_temperature_l0) == (
+      (True, (2,), 32) if name == "eabf" else (False, (), -1)), name
   if name == "pose":
     assert (d.position_sampler.kind, d.position_sampler.max_position) == ("pose", 128)
   if name == "longrope":

@@ -202,6 +202,8 @@ ADDED_POSITION = {
     "abacus_max_offset": 99, "abacus_num_embeddings": 256, "bipe_separators": ".\n",
     "bipe_alibi_slope_scale": 96.0,
     "streaming_llm_sinks": 4, "streaming_llm_window": -1,
+    "attention_temperature_c": 0.1, "attention_temperature_l0": -1,
+    "attention_temperature_per": "query", "dape_fire_form": "released",
 }
 
 
@@ -270,7 +272,7 @@ def test_runs_stored_before_a_default_changed_keep_the_values_they_used(tmp_path
   from configs.stored import load_run_config
   c = get_config().to_dict()
   legacy = {"fope_normalize": "column_sum", "bipe_separators": ".!?\n",
-            "bipe_alibi_slope_scale": 1.0, "yarn_ramp": "ratio"}
+            "bipe_alibi_slope_scale": 1.0, "yarn_ramp": "ratio", "dape_fire_form": "fire"}
   for name in legacy:
     del c["model"]["position"][name]
   (tmp_path / "config.json").write_text(json.dumps({"config": c}))
@@ -278,4 +280,5 @@ def test_runs_stored_before_a_default_changed_keep_the_values_they_used(tmp_path
   assert {k: stored[k] for k in legacy} == legacy
   today = get_config().model.position
   assert {k: today[k] for k in legacy} == {"fope_normalize": "none", "bipe_separators": ".\n",
-                                          "bipe_alibi_slope_scale": 96.0, "yarn_ramp": "index"}
+                                          "bipe_alibi_slope_scale": 96.0, "yarn_ramp": "index",
+                                          "dape_fire_form": "released"}

@@ -917,6 +917,7 @@ def test_changed_non_numeric_parameters_name_their_files():
   ev.longrope_long_factors = (1.0,) * 8
   changed = extensions.check_param_overrides(run, ev, ["yarn", "longrope"])
   assert changed == {"yarn": {"yarn_ramp": "ratio", "yarn_truncate": False},
+                     "dynamic_yarn": {"yarn_ramp": "ratio", "yarn_truncate": False},  # shares them
                      "longrope": {"longrope_long_factors": (1.0,) * 8}}
   assert extensions.extension_suffix("yarn", 4.0, -1, changed["yarn"]) == \
       "_yarn_x4_yarn_rampratio_yarn_truncateFalse"
