@@ -1057,3 +1057,51 @@ def test_successive_halving_keeps_the_best_third_per_rung_and_selects_from_the_l
     s = study_lib.Search(**({"grid": {"train.learning_rate": lrs}} | kw))
     with pytest.raises(StudyError, match=message):
       search.search_study(dataclasses.replace(study, search=s))
+
+
+def test_publish_copies_finished_runs_without_checkpoints(tmp_path, capsys):
+  """sweeps/publish.py: a finished run (metrics at train.num_steps) and the tuning stage's are
+  copied as config.json, metrics.jsonl, eval/*.json|png and factors.json only; an unfinished run
+  is skipped with its step; publishing again adds it once it has finished; bad input exits 2."""
+  import json
+  from sweeps import publish
+  study = tmp_path / "workdirs" / "s"
+
+  def run(folder, steps_logged, num_steps=4):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"config": {"train": {"num_steps": num_steps}}}))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n"
+                                                  for s in steps_logged))
+    for sub in ("checkpoints/4", "tensorboard", "eval/earlier", "longrope_search/x4"):
+      (folder / sub).mkdir(parents=True)
+    (folder / "checkpoints/4/state").write_text("x")
+    (folder / "eval/ppl_vs_length.json").write_text("{}")
+    (folder / "eval/ppl_vs_length.png").write_bytes(b"png")
+    (folder / "eval/earlier/old.json").write_text("{}")
+    (folder / "longrope_search/x4/factors.json").write_text("{}")
+    (folder / "launch.log").write_text("log")
+
+  run(study / "a", [2, 4])
+  run(study / "b", [2])
+  run(study / "search" / "a,learning_rate=0.1", [4])
+  (study / "study.json").write_text("{}")
+  (study / "search" / "selection.json").write_text("{}")
+  out = tmp_path / "results" / "s"
+  assert publish.main([str(study), str(out)]) == 0
+  assert "skipped b: at step 2 of 4" in capsys.readouterr().out
+  files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+  assert files == ["a/config.json", "a/eval/ppl_vs_length.json", "a/eval/ppl_vs_length.png",
+                   "a/longrope_search/x4/factors.json", "a/metrics.jsonl",
+                   "search/a,learning_rate=0.1/config.json",
+                   "search/a,learning_rate=0.1/eval/ppl_vs_length.json",
+                   "search/a,learning_rate=0.1/eval/ppl_vs_length.png",
+                   "search/a,learning_rate=0.1/longrope_search/x4/factors.json",
+                   "search/a,learning_rate=0.1/metrics.jsonl", "search/selection.json",
+                   "study.json"]
+  with open(study / "b" / "metrics.jsonl", "a") as f:
+    f.write(json.dumps({"step": 4}) + "\n")
+  assert publish.publish(str(study), str(out)) == (["a", "b", "search/a,learning_rate=0.1"], [])
+  assert (out / "b" / "metrics.jsonl").read_text().count("\n") == 2
+  assert publish.main([str(study), str(study / "copy")]) == 2
+  assert publish.main([str(tmp_path / "nothing"), str(out)]) == 2
+  assert "no such study folder" in capsys.readouterr().err
