@@ -109,8 +109,12 @@ def _rope_scaling(pos, extension: str, factor: float, window: int, train_len: in
 
 
 def _alibi_interpolation(pos, extension: str, factor: float, window: int, train_len: int) -> None:
+  """alibi_interpolation=True; with alibi_interpolation_rule="window" also the position transform
+  "window_interpolation" (the paper's one factor per window)."""
   del extension, factor, window, train_len
   pos.alibi_interpolation = True
+  if pos.get("alibi_interpolation_rule", "query") == "window":
+    pos.position_transform = "window_interpolation"
 
 
 def _attention_temperature(pos, extension: str, factor: float, window: int,
@@ -162,7 +166,8 @@ EXTENSIONS: dict[str, Extension] = {
     "longrope": Extension(_rope_scaling, ROPE_FAMILY, records_factor=True,
                           params=("longrope_short_factors", "longrope_long_factors",
                                   "longrope_attention_factor", "longrope_keep_first")),
-    "alibi_interpolation": Extension(_alibi_interpolation, ("alibi",)),
+    "alibi_interpolation": Extension(_alibi_interpolation, ("alibi",),
+                                     optional_params=("alibi_interpolation_rule",)),
     "self_extend": Extension(_position_transform, relative=True, records_factor=True,
                              window_field="self_extend_window"),
     "string": Extension(_position_transform, relative=True, window_field="string_window",

@@ -47,6 +47,14 @@ Notation: L = training context length (tokens), d = i - j >= 0.
                streaming-llm `pos_shift`) rotates the cached keys at their cache places; with
                relative schemes only the distances matter, so this is the same attention
                computed on the full sequence (the cache's evicted keys are masked instead).
+  window_interpolation
+               ALiBi interpolation by the paper's per-window rule (Al-Khateeb et al., arXiv
+               2310.13017): every query of a row of l > L tokens sees positions times L / l, so
+               ALiBi's bias -m (i - j) becomes -m (L / l) (i - j), the slopes times L / l for the
+               whole window, l = 1 + the row's largest position (under KV-cache decoding the
+               cache's, which grows step by step). Set by eval.extension=alibi_interpolation with
+               `alibi_interpolation_rule="window"` (models/positions/alibi.py; the default rule
+               scales per query). Positions become float32; ALiBi only.
 
 STRING's optional attention factor, `string_attention_factor` (RoPE only): the authors' Llama code
 (HKUNLP/STRING `string_for_llama.py`, `replace_with_string`) multiplies cos and sin by
@@ -102,13 +110,14 @@ import numpy as np
 from configs.errors import ConfigError
 from models.rope_scaling import ROPE_FAMILY
 
-TRANSFORMS = ("none", "self_extend", "string", "lm_infinite", "streaming_llm")
+TRANSFORMS = ("none", "self_extend", "string", "lm_infinite", "streaming_llm",
+              "window_interpolation")
 # The model.position fields of the transforms, name -> (default, comment); configs/base.py
 # gathers them (models.positions.config_fields). They are set by eval.extension = self_extend |
 # string | lm_infinite (models/extensions.py) rather than by hand.
 CONFIG_FIELDS = {
     "position_transform": ("none", '"none" | "self_extend" | "string" | "lm_infinite" | '
-                                   '"streaming_llm".'),
+                                   '"streaming_llm" | "window_interpolation" (ALiBi).'),
     "self_extend_group": (4, "self_extend: group size G (distances >= W grow G times slower)."),
     "self_extend_window": (-1, "self_extend: neighbour window W, tokens; -1 = train_len // 4."),
     "string_shift": (-1, "string: shift S, tokens; -1 = max(train_len // 3, ceil((n + W) / 2)) "
@@ -243,6 +252,8 @@ class PositionTransform:
       return cls(kind, train_len, window=train_len if w == -1 else w,
                  num_global=_field(cfg, "lm_infinite_global"),
                  max_distance=train_len if dmax == -1 else dmax)
+    if kind == "window_interpolation":
+      return cls(kind, train_len)
     if kind == "streaming_llm":
       sinks, w = _field(cfg, "streaming_llm_sinks"), _field(cfg, "streaming_llm_window")
       return cls(kind, train_len, window=train_len - sinks if w == -1 else w, num_global=sinks)
@@ -280,6 +291,11 @@ class PositionTransform:
       return [Branch(qp, kp, lambda d, _: d < n_local),
               Branch(far_q, jnp.zeros_like(kp),
                      lambda d, k: (d >= n_local) & (k < n_global))]
+    if self.kind == "window_interpolation":
+      length = jnp.maximum(qp.max(axis=-1), kp.max(axis=-1)) + 1  # l per row [b]
+      f = (jnp.float32(self.train_len) / jnp.maximum(jnp.float32(self.train_len),
+                                                     length.astype(jnp.float32)))[:, None]
+      return [Branch(qp.astype(jnp.float32) * f, kp.astype(jnp.float32) * f)]
     if self.kind == "streaming_llm":
       w, sinks = self.window, self.num_global
       # Sinks at their own cache places k; the query at its place, n_sink + W - 1 once full.
@@ -329,6 +345,9 @@ def check_config(cfg, train_len: int, num_layers: int | None = None) -> None:
       raise ConfigError(f"model.position.lm_infinite_global must be an integer >= 0; got {n!r}")
     positive_or_auto("lm_infinite_window")
     positive_or_auto("lm_infinite_distance")
+  elif kind == "window_interpolation" and cfg.get("kind") not in ("alibi", None):
+    raise ConfigError(f"model.position.position_transform='window_interpolation' scales ALiBi's "
+                      f"slopes and applies to kind='alibi' only; got kind={cfg.get('kind')!r}")
   elif kind == "streaming_llm":
     n = _field(cfg, "streaming_llm_sinks")
     if not _is_int(n) or n < 0:

@@ -241,3 +241,38 @@ def test_streaming_llm_sinks_sit_at_their_cache_places():
   nope = extensions.apply_extension(tiny_config("unused", "none"), "streaming_llm", window=6)
   assert (nope.model.position.position_transform, nope.model.position.streaming_llm_window) == (
       "streaming_llm", 6)
+
+
+def test_alibi_interpolation_by_the_papers_window_rule():
+  """Al-Khateeb et al. (arXiv 2310.13017): for a window of l > L tokens, every query's slopes
+  times L / l (alibi_interpolation_rule="window"; the default rule scales per query, L / (i + 1)).
+  Attention under the transform equals plain attention with bias -m (L / l) (i - j)."""
+  c = tiny_config("unused", "alibi")
+  c.data.train_len = L
+  c.model.position.alibi_interpolation_rule = "window"
+  out = extensions.apply_extension(c, "alibi_interpolation")
+  pos_cfg = out.model.position
+  assert (pos_cfg.alibi_interpolation, pos_cfg.position_transform) == (True, "window_interpolation")
+  dims = positions.Dims.from_config(out)
+  scheme = positions.build(pos_cfg, dims, rngs=nnx.Rngs(0))
+  assert scheme.interpolation_len == 0  # the per-query rule is off: the transform scales
+  t = PositionTransform.from_config(pos_cfg, L)
+  attn = Attention(dims, 0, dtype=jnp.float32, rngs=nnx.Rngs(1), chunk=8, transform=t)
+  n = 40
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(1, n, dims.d_model)), jnp.float32)
+  pos = jnp.arange(n, dtype=jnp.int32)[None]
+  got = attn(x, pos, jnp.ones((1, n), jnp.int32), scheme)
+  i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+  bias = -alibi_slopes(dims.num_heads)[:, None, None] * (L / n) * (i - j)[None]
+  proj = lambda w: jnp.einsum("bsd,dhk->bshk", x, w[...])  # noqa: E731
+  want = dot_product_attention(proj(attn.wq), proj(attn.wk), proj(attn.wv),
+                               bias=jnp.asarray(bias[None], jnp.float32),
+                               mask=jnp.asarray(i >= j)[None, None])
+  want = jnp.einsum("bshk,hkd->bsd", want, attn.wo[...])
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+  with pytest.raises(ConfigError, match="alibi_interpolation_rule must be one of"):
+    bad = tiny_config("unused", "alibi").model.position
+    bad.alibi_interpolation_rule = "row"
+    positions.build(bad, dims, check_only=True)
+  with pytest.raises(ConfigError, match="applies to kind='alibi' only"):
+    check_config(cfg(position_transform="window_interpolation"), L)

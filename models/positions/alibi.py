@@ -8,8 +8,11 @@ Interpolation (`model.position.alibi_interpolation`, an eval-time extension; Al-
 "Position Interpolation Improves ALiBi Extrapolation", arXiv 2310.13017): beyond the training
 length L the slopes are multiplied by L / n, n the length seen, so that the largest penalty,
 m_h * L * (n - 1) / n, stays below m_h * L (the trained range ends at m_h * (L - 1)). Here n is
-per query: n = q_position + 1, the keys a causal query sees (its in-document position + 1 under
-packing); see `alibi_interpolation_scale`.
+per query by default: n = q_position + 1, the keys a causal query sees (its in-document position +
+1 under packing); see `alibi_interpolation_scale`. `alibi_interpolation_rule="window"` applies the
+paper's rule instead, one factor L / l for every query of a window of l tokens (the position
+transform "window_interpolation", models/position_transforms.py, which eval.extension=
+alibi_interpolation sets for that rule).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import numpy as np
 from configs.errors import ConfigError
 from models.kernels.spec import KernelSpec
 from models.positions.base import PositionalScheme
+
+
+INTERPOLATION_RULES = ("query", "window")  # alibi_interpolation_rule
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -91,6 +97,8 @@ class ALiBi(PositionalScheme):
                                      "(eval.extension=alibi_interpolation)."),
       "alibi_heads": (-1, "ALiBi on the first N heads only (the N-head slopes), the rest NoPE; "
                           "-1 = every head."),
+      "alibi_interpolation_rule": ("query", 'alibi_interpolation: "query" (L/n per query) | '
+                                            '"window" (L/l for the whole window, the paper).'),
   }
 
   @classmethod
@@ -99,6 +107,10 @@ class ALiBi(PositionalScheme):
     if not isinstance(interpolation, bool):
       raise ConfigError(f"model.position.alibi_interpolation must be True or False; "
                         f"got {interpolation!r}")
+    rule = cfg.get("alibi_interpolation_rule", "query")
+    if rule not in INTERPOLATION_RULES:
+      raise ConfigError(f"model.position.alibi_interpolation_rule must be one of "
+                        f"{list(INTERPOLATION_RULES)}; got {rule!r}")
     heads = cfg.get("alibi_heads", -1)
     if isinstance(heads, bool) or not isinstance(heads, int) or not (
         heads == -1 or 0 <= heads <= dims.num_heads):
@@ -120,8 +132,11 @@ class ALiBi(PositionalScheme):
       slopes = np.concatenate([alibi_slopes(heads) if heads else np.zeros(0),
                                np.zeros(dims.num_heads - heads)])
     self.slopes = tuple(float(m) for m in slopes)  # static, hashable
-    # Interpolation: L in tokens; 0 = off (the plain bias, bit for bit).
-    self.interpolation_len = dims.train_len if cfg.get("alibi_interpolation", False) else 0
+    # Interpolation per query: L in tokens; 0 = off (the plain bias, bit for bit). The window rule
+    # is a position transform instead (the scheme sees the scaled positions).
+    per_query = cfg.get("alibi_interpolation_rule", "query") == "query"
+    self.interpolation_len = (dims.train_len if cfg.get("alibi_interpolation", False) and per_query
+                              else 0)
 
   def bias(self, q_positions, k_positions, layer, **unused):
     """q_positions: int32 [batch, q_len], k_positions: [batch, k_len] -> float32 [b, H, q, k].
