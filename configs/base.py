@@ -198,7 +198,8 @@ def get_config() -> ml_collections.ConfigDict:
                              # none | pi | ntk | dynamic_ntk | yarn | dynamic_yarn | abf | llama3
                              # | longrope (rope)
                              # | alibi_interpolation (alibi) | self_extend | string | lm_infinite
-                             # | streaming_llm (relative schemes) | attention_temperature;
+                             # | streaming_llm | blockwise (relative schemes) |
+                             # attention_temperature;
                              # models/extensions.py
                              # (the registry of these names).
   c.eval.factor = 1.0  # scale factor s of pi / ntk / yarn / llama3 / longrope (e.g. eval length

@@ -568,7 +568,8 @@ class Attention(nnx.Module):
     mask = attention_mask(length, k_len, rows(segment_ids), keys(k_segment_ids), self.window,
                           offset)
     logits, covered = None, None
-    if len(rotated) > 1:
+    plain = len(rotated) == 1 and rotated[0][2].region is None  # one branch, every pair
+    if not plain:
       distance = (rows(positions)[:, :, None] - keys(k_positions)[:, None, :])[:, None]
       k_pos = keys(k_positions)[:, None, None, :]
     for qr, kr, br, qh, kh in rotated:
@@ -578,7 +579,7 @@ class Attention(nnx.Module):
                          q=rows(qr), k=keys(kr), mask=mask)
       if bias is not None:
         branch_logits = branch_logits + bias
-      if len(rotated) == 1:
+      if plain:
         return branch_logits, mask
       region = br.region(distance, k_pos)
       logits = branch_logits if logits is None else jnp.where(region, branch_logits, logits)

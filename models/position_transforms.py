@@ -47,6 +47,12 @@ Notation: L = training context length (tokens), d = i - j >= 0.
                streaming-llm `pos_shift`) rotates the cached keys at their cache places; with
                relative schemes only the distances matter, so this is the same attention
                computed on the full sequence (the cache's evicted keys are masked instead).
+  blockwise    Blockwise causal attention, the inference half of xPos / LEX (Sun et al., "A
+               Length-Extrapolatable Transformer", arXiv 2212.10554, Sec. 3.3): the sequence is cut
+               into blocks of w tokens and a query in block b sees the keys of blocks b - 1 and b
+               (causally), so no query sees more than 2w - 1 keys back; positions unchanged. w =
+               `blockwise_block` (-1 = L // 2: as we read Sec. 3.3, half the pretraining length,
+               so that every query sees at most L keys). Any relative scheme and NoPE.
   window_interpolation
                ALiBi interpolation by the paper's per-window rule (Al-Khateeb et al., arXiv
                2310.13017): every query of a row of l > L tokens sees positions times L / l, so
@@ -111,13 +117,14 @@ from configs.errors import ConfigError
 from models.rope_scaling import ROPE_FAMILY
 
 TRANSFORMS = ("none", "self_extend", "string", "lm_infinite", "streaming_llm",
-              "window_interpolation")
+              "window_interpolation", "blockwise")
 # The model.position fields of the transforms, name -> (default, comment); configs/base.py
 # gathers them (models.positions.config_fields). They are set by eval.extension = self_extend |
 # string | lm_infinite (models/extensions.py) rather than by hand.
 CONFIG_FIELDS = {
     "position_transform": ("none", '"none" | "self_extend" | "string" | "lm_infinite" | '
-                                   '"streaming_llm" | "window_interpolation" (ALiBi).'),
+                                   '"streaming_llm" | "window_interpolation" (ALiBi) | '
+                                   '"blockwise".'),
     "self_extend_group": (4, "self_extend: group size G (distances >= W grow G times slower)."),
     "self_extend_window": (-1, "self_extend: neighbour window W, tokens; -1 = train_len // 4."),
     "string_shift": (-1, "string: shift S, tokens; -1 = max(train_len // 3, ceil((n + W) / 2)) "
@@ -126,6 +133,8 @@ CONFIG_FIELDS = {
     "lm_infinite_global": (10, "lm_infinite: starting tokens every query sees (n_global)."),
     "lm_infinite_window": (-1, "lm_infinite: local window n_local, tokens; -1 = train_len."),
     "lm_infinite_distance": (-1, "lm_infinite: distance ceiling d_max, tokens; -1 = train_len."),
+    "blockwise_block": (-1, "blockwise: block length w, tokens; a query sees its block and the "
+                            "one before; -1 = train_len // 2."),
     "streaming_llm_sinks": (4, "streaming_llm: attention-sink tokens kept at the cache's start."),
     "streaming_llm_window": (-1, "streaming_llm: recent tokens kept (W), tokens; -1 = train_len "
                                  "- streaming_llm_sinks."),
@@ -254,6 +263,9 @@ class PositionTransform:
                  max_distance=train_len if dmax == -1 else dmax)
     if kind == "window_interpolation":
       return cls(kind, train_len)
+    if kind == "blockwise":
+      w = _field(cfg, "blockwise_block")
+      return cls(kind, train_len, window=max(1, train_len // 2) if w == -1 else w)
     if kind == "streaming_llm":
       sinks, w = _field(cfg, "streaming_llm_sinks"), _field(cfg, "streaming_llm_window")
       return cls(kind, train_len, window=train_len - sinks if w == -1 else w, num_global=sinks)
@@ -291,6 +303,9 @@ class PositionTransform:
       return [Branch(qp, kp, lambda d, _: d < n_local),
               Branch(far_q, jnp.zeros_like(kp),
                      lambda d, k: (d >= n_local) & (k < n_global))]
+    if self.kind == "blockwise":
+      w = self.window  # key block >= the query's block - 1 (the query's position is d + k)
+      return [Branch(qp, kp, lambda d, k: k // w >= (d + k) // w - 1)]
     if self.kind == "window_interpolation":
       length = jnp.maximum(qp.max(axis=-1), kp.max(axis=-1)) + 1  # l per row [b]
       f = (jnp.float32(self.train_len) / jnp.maximum(jnp.float32(self.train_len),
@@ -345,6 +360,8 @@ def check_config(cfg, train_len: int, num_layers: int | None = None) -> None:
       raise ConfigError(f"model.position.lm_infinite_global must be an integer >= 0; got {n!r}")
     positive_or_auto("lm_infinite_window")
     positive_or_auto("lm_infinite_distance")
+  elif kind == "blockwise":
+    positive_or_auto("blockwise_block")
   elif kind == "window_interpolation" and cfg.get("kind") not in ("alibi", None):
     raise ConfigError(f"model.position.position_transform='window_interpolation' scales ALiBi's "
                       f"slopes and applies to kind='alibi' only; got kind={cfg.get('kind')!r}")

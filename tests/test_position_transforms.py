@@ -94,7 +94,8 @@ def test_lm_infinite_lambda_mask_and_distance_ceiling():
   np.testing.assert_array_equal(seen[allowed], np.where(d < n_local, d, d_max)[allowed])
 
 
-@pytest.mark.parametrize("transform", ["self_extend", "string", "lm_infinite", "streaming_llm"])
+@pytest.mark.parametrize("transform", ["self_extend", "string", "lm_infinite", "streaming_llm",
+                                       "blockwise"])
 def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
   """ALiBi's bias is -slope * distance, so the transformed attention must equal plain attention
   with bias -slope * (distance seen) and the transform's mask."""
@@ -105,6 +106,7 @@ def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
   c.model.position.string_shift = 6
   c.model.position.lm_infinite_global = 2
   c.model.position.streaming_llm_sinks, c.model.position.streaming_llm_window = 2, 5
+  c.model.position.blockwise_block = 7
   dims = positions.Dims.from_config(c)
   scheme = positions.build(c.model.position, dims, rngs=nnx.Rngs(0))
   t = PositionTransform.from_config(c.model.position, L)
@@ -276,3 +278,18 @@ def test_alibi_interpolation_by_the_papers_window_rule():
     positions.build(bad, dims, check_only=True)
   with pytest.raises(ConfigError, match="applies to kind='alibi' only"):
     check_config(cfg(position_transform="window_interpolation"), L)
+
+
+def test_blockwise_causal_attention_sees_its_block_and_the_one_before():
+  """xPos / LEX blockwise causal attention (arXiv 2212.10554, Sec. 3.3), w = 3: query i sees key j
+  iff floor(j / 3) >= floor(i / 3) - 1 (and j <= i); distances unchanged; default w = L // 2."""
+  t = PositionTransform.from_config(cfg(position_transform="blockwise", blockwise_block=3), L)
+  seen, allowed = effective(t, 10)
+  i, j = np.meshgrid(np.arange(10), np.arange(10), indexing="ij")
+  np.testing.assert_array_equal(allowed, (j <= i) & (j // 3 >= i // 3 - 1))
+  np.testing.assert_array_equal(seen[allowed], (i - j)[allowed])
+  assert allowed[9].tolist() == [False] * 6 + [True] * 4  # block 3 sees blocks 2 and 3 (6..9)
+  assert PositionTransform.from_config(cfg(position_transform="blockwise"), L).window == L // 2
+  xpos = extensions.apply_extension(tiny_config("unused", "xpos"), "blockwise", window=5)
+  assert (xpos.model.position.position_transform, xpos.model.position.blockwise_block) == (
+      "blockwise", 5)

@@ -204,7 +204,7 @@ ADDED_POSITION = {
     "streaming_llm_sinks": 4, "streaming_llm_window": -1,
     "attention_temperature_c": 0.1, "attention_temperature_l0": -1,
     "attention_temperature_per": "query", "dape_fire_form": "released",
-    "alibi_interpolation_rule": "query",
+    "alibi_interpolation_rule": "query", "blockwise_block": -1,
 }
 
 
