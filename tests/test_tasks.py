@@ -51,6 +51,14 @@ class Scripted:
     ("multiplication", [[7, 5], [8, 6]], b"75*86=", b"6783"),  # 57 x 68 = 3876
     ("multiplication", [[1, 0], [0, 1]], b"10*01=", b"0100"),  # 1 x 10 = 0010, reversed
     ("counting", [[1, 0, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0]], b"101100010100=", b"05"),
+    ("summation", [[3, 1, 4, 2]], b"3142=", b"0"),  # 10 mod 10
+    ("polynomial_evaluation", [[2, 0, 3], [4]], b"203@4=", b"0"),  # 2 + 3 * 16 = 50
+    ("polynomial_evaluation", [[1, 1, 1], [3]], b"111@3=", b"3"),  # 1 + 3 + 9 = 13
+    ("duplicate_string", [[1, 0, 1]], b"101=", b"101101"),
+    ("even_pairs", [[0, 1, 1, 0]], b"abba=", b"1"),  # ab, ba: 2 changes
+    ("even_pairs", [[0, 1, 1, 1]], b"abbb=", b"0"),
+    ("modular_arithmetic", [[3, 4, 2], [0, 2]], b"3+4*2=", b"4"),  # (3 + 4) * 2 = 14
+    ("modular_arithmetic", [[1, 3, 4], [1, 1]], b"1-3-4=", b"4"),  # 1 - 3 - 4 = -6 = 4 mod 5
 ])
 def test_known_strings(name, draws, prompt, answer):
   task = tasks.get_task(name)
@@ -94,6 +102,28 @@ def _check_grid_addition(x: bytes, answer: bytes, a: int, b: int, *, reverse: bo
   return lengths_ok and answer == order(str(int(x0) + int(x1)).zfill(max(a, b) + 1).encode())
 
 
+def _left_to_right(x: bytes) -> int:
+  """Brute force: evaluate "d op d op d ..." from the left (Python's int arithmetic)."""
+  value = int(chr(x[0]))
+  for op, d in zip(x[1::2], x[2::2]):
+    value = eval(f"{value}{chr(op)}{chr(d)}")  # noqa: S307 -- digits and + - * only
+  return value
+
+
+def _check_lego(x: bytes, answer: bytes, size: int) -> bool:
+  """Brute force: resolve the clauses by repeated substitution, then read them in order."""
+  clauses = [c for c in x[:-1].split(b",") if c]
+  known = {}
+  while len(known) < len(clauses):
+    for c in clauses:
+      var, sign, operand = c[0], c[2], c[3]
+      if var not in known and (operand == ord("1") or operand in known):
+        base = 1 if operand == ord("1") else known[operand]
+        known[var] = base if sign == ord("+") else -base
+  return len(clauses) == size and answer == bytes(ord("+") if known[c[0]] > 0 else ord("-")
+                                                  for c in clauses)
+
+
 # One brute-force check per registered task: (prompt without "=", answer, size) -> bool.
 CHECKS = {
     "copy": lambda x, a, n: a == x,
@@ -111,6 +141,14 @@ CHECKS = {
     "flip_flop": lambda x, a, n: _check_flip_flop(x, a),
     "mqar": _check_mqar,
     "selective_copy": _check_selective_copy,
+    "summation": lambda x, a, n: a == str(sum(x) - n * ord("0")).encode()[-1:],
+    "polynomial_evaluation": lambda x, a, n: a == str(sum(
+        int(chr(c)) * int(chr(x[-1])) ** i for i, c in enumerate(x[:-2])) % 10).encode(),
+    "duplicate_string": lambda x, a, n: set(x) <= set(b"01") and a == x + x,
+    "even_pairs": lambda x, a, n: a == (b"1" if (x.count(b"ab") + x.count(b"ba")) % 2 == 0
+                                        else b"0") and a == (b"1" if x[0] == x[-1] else b"0"),
+    "modular_arithmetic": lambda x, a, n: a == str(_left_to_right(x) % 5).encode(),
+    "lego": _check_lego,
 }
 
 
@@ -121,7 +159,7 @@ def test_random_examples_are_correct(name):
   assert name in CHECKS, f"add a brute-force check of task {name!r} to CHECKS"
   task = tasks.get_task(name)
   rng = np.random.default_rng(1)
-  for size in (1, 2, 7, 30):
+  for size in (1, 2, 7, min(30, task.max_size or 30)):
     for _ in range(20):
       e = task.example(size, rng)
       assert e.prompt.endswith(b"=") and len(e.prompt) == task.prompt_length(size)
@@ -393,3 +431,25 @@ def test_addition_grid_run_writes_the_grid_and_its_heatmap(tmp_path):
   rows = suites.REGISTRY["algorithmic"].rows(result, c.data.train_len)
   assert json.loads(rows[0]["detail"]) == {str(b): grid["exact_match"][0][b - 1]
                                            for b in range(1, 7)}
+
+
+def test_lego_writes_the_chain_shuffled_and_answers_in_clause_order():
+  """The docstring's example: chain a = +1, b = -a, c = +b written in the order c, a, b."""
+  class Draws:
+    def permutation(self, x):
+      return np.asarray([0, 1, 2]) if isinstance(x, int) else np.asarray(x)[:]
+    def integers(self, low, high, size=None):
+      return np.asarray([0, 1, 0])
+
+  class Shuffled(Draws):
+    calls = 0
+    def permutation(self, x):
+      if isinstance(x, int):
+        return np.asarray([2, 0, 1])  # clause order c, a, b
+      return np.asarray(x)  # the letters a, b, c, ... in order
+  example = tasks.get_task("lego").example(3, Shuffled())
+  assert (example.prompt, example.answer) == (b"c:+b,a:+1,b:-a,|=", b"-+-")
+  with pytest.raises(ConfigError, match="max"):
+    cfg = tiny_config("unused", "alibi").data.task
+    cfg.name, cfg.train_max_size, cfg.eval_max_size = "lego", 10, 30
+    tasks.check_config(cfg, 400)

@@ -21,13 +21,19 @@ from data.tasks.addition_grid import AdditionGrid
 from data.tasks.base import Example, GridTask, Task, encode
 from data.tasks.copy import Copy
 from data.tasks.counting import Counting
+from data.tasks.duplicate_string import DuplicateString
+from data.tasks.even_pairs import EvenPairs
 from data.tasks.flip_flop import FlipFlop
+from data.tasks.lego import Lego
+from data.tasks.modular_arithmetic import ModularArithmetic
 from data.tasks.mqar import MQAR
 from data.tasks.multiplication import Multiplication
 from data.tasks.parity import Parity
+from data.tasks.polynomial import PolynomialEvaluation
 from data.tasks.reverse import Reverse
 from data.tasks.selective_copy import SelectiveCopy
 from data.tasks.sorting import Sorting
+from data.tasks.summation import Summation
 
 REGISTRY: dict[str, Task] = {
     "copy": Copy(),
@@ -42,6 +48,12 @@ REGISTRY: dict[str, Task] = {
     "multiplication": Multiplication(),
     "addition_grid": AdditionGrid(reverse=True),
     "addition_grid_plain": AdditionGrid(reverse=False),
+    "summation": Summation(),
+    "polynomial_evaluation": PolynomialEvaluation(),
+    "lego": Lego(),
+    "duplicate_string": DuplicateString(),
+    "modular_arithmetic": ModularArithmetic(),
+    "even_pairs": EvenPairs(),
 }
 
 
