@@ -17,6 +17,14 @@ from models import positions, rope_scaling
 CONFIG_FILE = "config.json"
 
 
+def legacy_defaults() -> dict:
+  """`model.position` fields whose default changed -> the value runs made before the change used
+  (`models.rope_scaling.LEGACY_DEFAULTS`: YaRN's ramp; the schemes' `legacy_defaults`: FoPE's
+  normalisation, BiPE's separators and slope factor, DAPE's FIRE form). A stored config without
+  such a field means this value."""
+  return {**rope_scaling.LEGACY_DEFAULTS, **positions.legacy_defaults()}
+
+
 def load_run_config(workdir: str):
   """The config a training run wrote to `<workdir>/config.json`, on top of today's defaults.
 
@@ -43,8 +51,7 @@ def load_run_config(workdir: str):
 
   config = get_config()
   position = stored.get("model", {}).get("position", {})
-  legacy = {**rope_scaling.LEGACY_DEFAULTS, **positions.legacy_defaults()}
-  for name, value in legacy.items():  # a default changed since the run
+  for name, value in legacy_defaults().items():  # a default changed since the run
     if name not in position:
       config.model.position[name] = value
   config.update(as_tuples(stored))

@@ -77,12 +77,11 @@ import numpy as np
 import pandas as pd
 from absl import flags
 
-from configs import base as base_config, extension_recipes
+from configs import base as base_config, extension_recipes, stored as stored_config
 from configs.errors import ConfigError, flatten
 from eval import suites as suites_registry
 from runs import command_line
 from runs.files import atomic_write, write_json
-from models import rope_scaling
 from runs.metrics import read_metrics
 from runs.workdir import read_results
 from sweeps.result_keys import result_key
@@ -251,9 +250,9 @@ def collect(study_dir: str) -> pd.DataFrame:
   # A field added to the code after a run trained is absent from its config.json: it takes the
   # field's configs/base.py default (new fields default to the old behaviour), so that it splits
   # no configuration's seeds unless some run set it to something else; a field whose default
-  # changed takes the value old runs used (rope_scaling.LEGACY_DEFAULTS).
+  # changed takes the value old runs used (configs/stored.py legacy_defaults).
   defaults = flatten(base_config.get_config().to_dict())
-  defaults.update({f"model.position.{k}": v for k, v in rope_scaling.LEGACY_DEFAULTS.items()})
+  defaults.update({f"model.position.{k}": v for k, v in stored_config.legacy_defaults().items()})
   runs = [(run, w, stored, {k: flat[k] if k in flat else defaults.get(k) for k in fields}
            if w is not None else flat, results) for run, w, stored, flat, results in runs]
   varying = [k for k in fields if k not in STANDARD_FIELDS

@@ -13,7 +13,17 @@ import pytest
 from sweeps import collect, figures, report
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-FOLDERS = sorted(n for n in os.listdir(RESULTS) if os.path.isdir(os.path.join(RESULTS, n)))
+
+
+def _study_folders(root: str) -> list[str]:
+  """Every committed study folder under `root`, relative to it: a folder holding a collected
+  table (results.parquet); a study committed as it runs (sweeps/publish.py) may hold only its
+  tuning stage so far (`<study>/search/`)."""
+  return sorted(os.path.relpath(d, root) for d, _, files in os.walk(root)
+                if "results.parquet" in files)
+
+
+FOLDERS = _study_folders(RESULTS)
 
 
 def test_there_are_results_folders():
@@ -28,7 +38,7 @@ def test_every_results_folder_opens_and_its_table_is_current(name):
     frame = collect.collect(folder)
     table = figures.read_table(folder)  # what the notebooks open
     loaded, study = report.load_study_table(folder)  # what the report opens
-  assert len(frame) > 0 and frame["run"].nunique() >= 1 and study == name
+  assert len(frame) > 0 and frame["run"].nunique() >= 1 and study == os.path.basename(name)
   # python -m sweeps.collect wrote it from these files (a missing value is missing: an object
   # column of a table mixing text and task runs reads None where collect has NaN)
   def same(f):
