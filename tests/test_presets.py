@@ -2,12 +2,17 @@
 `nnx.eval_shape` (nothing allocated), equals the published figure, and equals the count written
 out by hand from the released config.json (the formula below, independent of the model code)."""
 
+import os
+
 import pytest
+from flax import nnx
 
 from configs import llama_tiny, presets
 from configs.errors import ConfigError
 from configs.validate import validate
 from models.spec import count_params
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def by_hand(m) -> int:
@@ -43,3 +48,25 @@ def test_llama_tiny_shape():
 def test_unknown_preset_is_one_line():
   with pytest.raises(ConfigError, match=r"unknown preset; choose one of \['olmo2_1b', "):
     presets.get_config("llama_7b")
+
+
+def test_the_swan_gpt_preset_puts_global_attention_on_the_nope_layers():
+  """configs/swan_gpt_tiny.py: RoPE with a 64-token window on layers 0-2, layer 3 global and NoPE;
+  the eval-time temperature on that layer only; it validates."""
+  import importlib.util
+  from configs.validate import validate
+  from models import extensions
+  from models.decoder import Decoder, layer_window
+  from models.positions.rope import is_nope_layer
+  spec = importlib.util.spec_from_file_location("swan", os.path.join(ROOT, "configs",
+                                                                      "swan_gpt_tiny.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config()
+  validate(c, 1)
+  assert [layer_window(c.model, i) for i in range(4)] == [64, 64, 64, 0]
+  assert [is_nope_layer(i, c.model.position.nope_every) for i in range(4)] == [False] * 3 + [True]
+  c.model.position.attention_temperature_layers = (3,)
+  ev = extensions.apply_extension(c, "attention_temperature")
+  model = Decoder(ev, rngs=nnx.Rngs(0))
+  assert [b.attention.temperature.form for b in model.blocks] == ["", "", "", "logn"]
