@@ -26,6 +26,13 @@ parquet, or a study folder holding `results.parquet`. The other words are `key=v
             each run (under 1: the model uses the extra context; use it with
             protocol=sliding, where every scored token sees about a window of context), pooled
             over seeds.
+  ruler     per `rows`, one line per RULER suite the runs were evaluated on (needle,
+            niah_multikey, niah_multivalue, niah_multiquery, variable_tracking, common_words,
+            frequent_words; Hsieh et al., arXiv 2404.06654) and their average, by evaluation
+            length, then RULER's two weighted averages over the lengths (Sec. 5: weights growing
+            linearly with the length, "wAvg (inc)", or shrinking, "wAvg (dec)"), each run's
+            scores pooled over seeds. The average line averages a run's suites at each length
+            where every one of them has a score.
   curve     per `rows` x each training step of `steps` (comma-separated), the runs' `value`
             (default val_loss; any key of metrics.jsonl: loss, learning_rate,
             val_passkey_answer_nll, ...) logged at that step in their metrics.jsonl (the run folders
@@ -65,10 +72,11 @@ from absl import flags
 from configs.errors import ConfigError
 from runs import command_line
 from runs.files import atomic_write
+from eval import needle
 from sweeps import collect
 
 BLOCK = re.compile(r"(<!-- table (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end table -->)", re.S)
-KINDS = ("pivot", "tasks", "grid", "runs", "paired", "context_use", "curve")
+KINDS = ("pivot", "tasks", "grid", "runs", "paired", "context_use", "curve", "ruler")
 OPTIONS = {"kind", "rows", "columns", "value", "digits", "baseline", "steps"}
 
 
@@ -429,8 +437,59 @@ def render_curve(frame: pd.DataFrame, options: dict, table: str) -> str:
   return markdown(header, body) + "\n" + spread_note(counts) + "\n"
 
 
+RULER_SUITES = needle.SUITES[1:]  # RULER's tasks that eval/needle.py scores (passkey is not one)
+
+
+def weighted_averages(scores: list[float]) -> tuple[float, float]:
+  """RULER's wAvg (inc) and wAvg (dec) of scores ordered by length (Hsieh et al., arXiv
+  2404.06654, Sec. 5): weights 1..k growing, or k..1 shrinking, with the length."""
+  w = np.arange(1, len(scores) + 1, dtype=float)
+  s = np.asarray(scores, dtype=float)
+  return float((w * s).sum() / w.sum()), float((w[::-1] * s).sum() / w.sum())
+
+
+def _ruler_run(rows: pd.DataFrame, suites: list[str], lengths: list) -> dict[str, list]:
+  """One run's accuracy per length for each suite and their average (NaN where missing)."""
+  out = {}
+  for suite in suites:
+    at = rows[rows["suite"] == suite].groupby("length")["accuracy"].mean()
+    out[suite] = [float(at.get(length, np.nan)) for length in lengths]
+  table = np.asarray([out[s] for s in suites])
+  out["average"] = [float(c.mean()) if np.isfinite(c).all() else np.nan for c in table.T]
+  return out
+
+
+def render_ruler(frame: pd.DataFrame, options: dict) -> str:
+  """kind=ruler (module docstring)."""
+  frame = frame[frame["suite"].isin(RULER_SUITES)]
+  if frame.empty:
+    raise ConfigError(f"kind=ruler: the table has no RULER suite ({', '.join(RULER_SUITES)})")
+  suites = [s for s in RULER_SUITES if s in set(frame["suite"])]
+  lengths = sorted(frame["length"].dropna().unique())
+  digits = int(options.get("digits", 2))
+  keys, groups = _rows_of(frame, options)
+  counts, body = set(), []
+  for key, rows in groups:
+    label = row_label(dict(zip(keys, key if isinstance(key, tuple) else (key,))))
+    per_run = [_ruler_run(r, suites, lengths) for _, r in rows.groupby("run")]
+    for line in suites + ["average"]:
+      cells = [label, line]
+      columns = [[run[line][i] for run in per_run] for i in range(len(lengths))]
+      weighted = [weighted_averages(run[line]) if np.isfinite(run[line]).all() else (np.nan,) * 2
+                  for run in per_run]
+      columns += [[w[0] for w in weighted], [w[1] for w in weighted]]
+      for values in columns:
+        text, n = pooled(values, digits)
+        counts.add(n) if n else None
+        cells.append(text)
+      body.append(cells)
+  header = [row_header(keys), "suite"] + [f"{int(length):,}" for length in lengths] + [
+      "wAvg (inc)", "wAvg (dec)"]
+  return markdown(header, body) + "\n" + spread_note(counts) + "\n"
+
+
 RENDER = {"pivot": render_pivot, "tasks": render_tasks, "grid": render_grid, "runs": render_runs,
-          "paired": render_paired, "context_use": render_context_use}
+          "paired": render_paired, "context_use": render_context_use, "ruler": render_ruler}
 
 
 def render_block(page: str, spec: str) -> str:

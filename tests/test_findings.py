@@ -168,3 +168,30 @@ def test_grid_statistics_by_hand(tmp_path):
   assert cells == ["`abacus`", f"{square:.3f}", "0.11", "0.22", "0.33", "0.12", "0.21", "0.15",
                    "0.51", f"{sum(one_beyond) / len(one_beyond):.3f}",
                    f"{sum(beyond) / len(beyond):.3f}"]
+
+
+def test_ruler_table_averages_suites_and_weights_lengths_by_hand(tmp_path):
+  """kind=ruler: per run, each suite's accuracy by length, their average where every suite has a
+  score, and RULER's wAvg (inc) / (dec) with weights 1, 2, 3 / 3, 2, 1 over the lengths."""
+  rows = []
+  for run, needle, multikey in (("r0", (1.0, 0.5, 0.0), (1.0, 1.0, 0.5)),
+                                ("r1", (1.0, 1.0, 0.5), (0.5, 0.5, 0.0))):
+    for length, a, b in zip((128, 256, 512), needle, multikey):
+      rows += [{"run": run, "scheme": "rope", "suite": "needle", "length": length, "accuracy": a},
+               {"run": run, "scheme": "rope", "suite": "niah_multikey", "length": length,
+                "accuracy": b},
+               {"run": run, "scheme": "rope", "suite": "ppl_vs_length", "length": length,
+                "accuracy": None}]
+  pd.DataFrame(rows).to_parquet(tmp_path / "t.parquet")
+  page = tmp_path / "p.md"
+  page.write_text("<!-- table t.parquet kind=ruler rows=scheme -->\n<!-- end table -->\n")
+  lines = findings.render_page(str(page)).splitlines()
+  assert lines[1] == "| scheme | suite | 128 | 256 | 512 | wAvg (inc) | wAvg (dec) |"
+  # needle r0: inc (1 + 1 + 0) / 6 = 0.333, dec (3 + 1 + 0) / 6 = 0.667; r1: inc (1 + 2 + 1.5) / 6
+  # = 0.75, dec (3 + 2 + 0.5) / 6 = 0.917
+  assert lines[3] == ("| `rope` | needle | 1.00 (1.00-1.00) | 0.75 (0.50-1.00) | 0.25 (0.00-0.50) "
+                      "| 0.54 (0.33-0.75) | 0.79 (0.67-0.92) |")
+  # average of the two suites per run: r0 1.0, 0.75, 0.25; r1 0.75, 0.75, 0.25
+  assert lines[5].startswith("| `rope` | average | 0.88 (0.75-1.00) | 0.75 (0.75-0.75) | "
+                             "0.25 (0.25-0.25) |")
+  assert findings.weighted_averages([1.0, 0.5, 0.0]) == pytest.approx((1 / 3, 2 / 3))
