@@ -198,7 +198,7 @@ def get_config() -> ml_collections.ConfigDict:
                              # none | pi | ntk | dynamic_ntk | yarn | dynamic_yarn | abf | llama3
                              # | longrope (rope)
                              # | alibi_interpolation (alibi) | self_extend | string | lm_infinite
-                             # | streaming_llm | blockwise (relative schemes) |
+                             # | streaming_llm | blockwise | dca (relative schemes) |
                              # attention_temperature;
                              # models/extensions.py
                              # (the registry of these names).

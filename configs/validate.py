@@ -125,7 +125,7 @@ def check_model(config) -> None:
 # model.position.position_transform that reads them; the attention temperature's form and layers
 # are read only with model.position.attention_temperature on.
 _TRANSFORM_OF = {"self_extend_": "self_extend", "string_": "string", "lm_infinite_": "lm_infinite",
-                 "streaming_llm_": "streaming_llm", "blockwise_": "blockwise"}
+                 "streaming_llm_": "streaming_llm", "blockwise_": "blockwise", "dca_": "dca"}
 # data.position_sampler fields -> the samplers that read them (data/position_samplers.py).
 _SAMPLER_FIELDS = {"max_position": ("randomized", "pose"), "num_chunks": ("pose",),
                    "seed": ("randomized", "pose")}

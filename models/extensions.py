@@ -11,7 +11,7 @@ the code that computes them:
                models/positions/rope.py).
   alibi_interpolation
                `model.position.alibi_interpolation` (models/positions/alibi.py).
-  self_extend, string, lm_infinite, streaming_llm, blockwise
+  self_extend, string, lm_infinite, streaming_llm, blockwise, dca
                `model.position.position_transform`, position-id transforms of relative schemes
                (models/position_transforms.py); string also STRING's optional attention factor
                (`string_attention_factor`, RoPE only).
@@ -175,6 +175,8 @@ EXTENSIONS: dict[str, Extension] = {
     "lm_infinite": Extension(_position_transform, ("none",),  # NoPE: the Lambda mask alone
                              relative=True, window_field="lm_infinite_window",
                              params=("lm_infinite_global", "lm_infinite_distance")),
+    "dca": Extension(_position_transform, relative=True, window_field="dca_local_window",
+                     params=("dca_chunk_size",)),
     "blockwise": Extension(_position_transform, ("none",), relative=True,
                            window_field="blockwise_block"),
     "streaming_llm": Extension(_position_transform, ("none",),  # NoPE: the cache's mask alone

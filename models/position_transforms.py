@@ -47,6 +47,16 @@ Notation: L = training context length (tokens), d = i - j >= 0.
                streaming-llm `pos_shift`) rotates the cached keys at their cache places; with
                relative schemes only the distances matter, so this is the same attention
                computed on the full sequence (the cache's evicted keys are masked instead).
+  dca          Dual Chunk Attention (An et al., "Training-Free Long-Context Scaling of Large
+               Language Models", arXiv 2402.17463, Sec. 3; used by Qwen2.5-1M): the sequence is
+               cut into chunks of c = S - w tokens (chunk size S, local window w; the released
+               ChunkLlama code's defaults S = 3L/4 and w = L/16) and every key sits at j mod c.
+               Three branches by the chunks of query i and key j: intra-chunk (the same chunk),
+               the query at i mod c, so distances are the true ones; successive-chunk (the
+               previous chunk), the query at min(i mod c + c, S); inter-chunk (earlier chunks),
+               the query at min(2c - 1, S), a constant, as the code's `qc_t[chunk_len - 1]`. No
+               distance reaches S < L. Fields: `dca_chunk_size` (S), `dca_local_window` (w).
+               Any relative scheme.
   blockwise    Blockwise causal attention, the inference half of xPos / LEX (Sun et al., "A
                Length-Extrapolatable Transformer", arXiv 2212.10554, Sec. 3.3): the sequence is cut
                into blocks of w tokens and a query in block b sees the keys of blocks b - 1 and b
@@ -117,14 +127,14 @@ from configs.errors import ConfigError
 from models.rope_scaling import ROPE_FAMILY
 
 TRANSFORMS = ("none", "self_extend", "string", "lm_infinite", "streaming_llm",
-              "window_interpolation", "blockwise")
+              "window_interpolation", "blockwise", "dca")
 # The model.position fields of the transforms, name -> (default, comment); configs/base.py
 # gathers them (models.positions.config_fields). They are set by eval.extension = self_extend |
 # string | lm_infinite (models/extensions.py) rather than by hand.
 CONFIG_FIELDS = {
     "position_transform": ("none", '"none" | "self_extend" | "string" | "lm_infinite" | '
                                    '"streaming_llm" | "window_interpolation" (ALiBi) | '
-                                   '"blockwise".'),
+                                   '"blockwise" | "dca".'),
     "self_extend_group": (4, "self_extend: group size G (distances >= W grow G times slower)."),
     "self_extend_window": (-1, "self_extend: neighbour window W, tokens; -1 = train_len // 4."),
     "string_shift": (-1, "string: shift S, tokens; -1 = max(train_len // 3, ceil((n + W) / 2)) "
@@ -133,6 +143,9 @@ CONFIG_FIELDS = {
     "lm_infinite_global": (10, "lm_infinite: starting tokens every query sees (n_global)."),
     "lm_infinite_window": (-1, "lm_infinite: local window n_local, tokens; -1 = train_len."),
     "lm_infinite_distance": (-1, "lm_infinite: distance ceiling d_max, tokens; -1 = train_len."),
+    "dca_chunk_size": (-1, "dca: chunk size S, tokens; -1 = 3 train_len // 4 (ChunkLlama's)."),
+    "dca_local_window": (-1, "dca: local window w, tokens; chunks hold S - w tokens; -1 = "
+                             "train_len // 16."),
     "blockwise_block": (-1, "blockwise: block length w, tokens; a query sees its block and the "
                             "one before; -1 = train_len // 2."),
     "streaming_llm_sinks": (4, "streaming_llm: attention-sink tokens kept at the cache's start."),
@@ -226,7 +239,8 @@ class PositionTransform:
     group: Self-Extend G (>= 1).
     window: Self-Extend W, STRING W, LM-Infinite n_local or StreamingLLM W, tokens (resolved,
       > 0).
-    shift: STRING S, tokens; -1 = per row (see the module docstring).
+    shift: STRING S or DCA's chunk size S, tokens; -1 = per row (STRING, see the module
+      docstring).
     num_global: LM-Infinite n_global or StreamingLLM n_sink (>= 0).
     max_distance: LM-Infinite d_max, tokens (resolved, > 0).
   """
@@ -263,6 +277,11 @@ class PositionTransform:
                  max_distance=train_len if dmax == -1 else dmax)
     if kind == "window_interpolation":
       return cls(kind, train_len)
+    if kind == "dca":
+      s, w = _field(cfg, "dca_chunk_size"), _field(cfg, "dca_local_window")
+      s = 3 * train_len // 4 if s == -1 else s
+      w = max(1, train_len // 16) if w == -1 else w
+      return cls(kind, train_len, window=w, shift=s)
     if kind == "blockwise":
       w = _field(cfg, "blockwise_block")
       return cls(kind, train_len, window=max(1, train_len // 2) if w == -1 else w)
@@ -303,6 +322,14 @@ class PositionTransform:
       return [Branch(qp, kp, lambda d, _: d < n_local),
               Branch(far_q, jnp.zeros_like(kp),
                      lambda d, k: (d >= n_local) & (k < n_global))]
+    if self.kind == "dca":
+      s = self.shift
+      c = s - self.window  # tokens per chunk
+      chunk = lambda x: x // c  # noqa: E731 -- the query's position is d + k in a region
+      return [Branch(qp % c, kp % c, lambda d, k: chunk(d + k) == chunk(k)),
+              Branch(jnp.minimum(qp % c + c, s), kp % c, lambda d, k: chunk(d + k) - chunk(k) == 1),
+              Branch(jnp.full_like(qp, min(2 * c - 1, s)), kp % c,
+                     lambda d, k: chunk(d + k) - chunk(k) >= 2)]
     if self.kind == "blockwise":
       w = self.window  # key block >= the query's block - 1 (the query's position is d + k)
       return [Branch(qp, kp, lambda d, k: k // w >= (d + k) // w - 1)]
@@ -362,6 +389,15 @@ def check_config(cfg, train_len: int, num_layers: int | None = None) -> None:
     positive_or_auto("lm_infinite_distance")
   elif kind == "blockwise":
     positive_or_auto("blockwise_block")
+  elif kind == "dca":
+    positive_or_auto("dca_chunk_size")
+    positive_or_auto("dca_local_window")
+    s, w = _field(cfg, "dca_chunk_size"), _field(cfg, "dca_local_window")
+    s = 3 * train_len // 4 if s == -1 else s
+    w = max(1, train_len // 16) if w == -1 else w
+    if s - w < 1:
+      raise ConfigError(f"model.position.dca_local_window (w={w}) must be below dca_chunk_size "
+                        f"(S={s}): a chunk holds S - w tokens")
   elif kind == "window_interpolation" and cfg.get("kind") not in ("alibi", None):
     raise ConfigError(f"model.position.position_transform='window_interpolation' scales ALiBi's "
                       f"slopes and applies to kind='alibi' only; got kind={cfg.get('kind')!r}")

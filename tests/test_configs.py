@@ -111,7 +111,7 @@ def test_mesh_resolution():
     ("eval.suites", "", "eval.suites is empty"),
     ("eval.extension", "yarn,yarn", "eval.extension names a method twice"),
     ("eval.extension", "none,rerope", "eval.extension: 'rerope' is not one of"),
-    ("model.position.position_transform", "dca", "model.position.position_transform"),
+    ("model.position.position_transform", "rerope", "model.position.position_transform"),
 ])
 def test_bad_fields_name_themselves(field, value, match):
   # Task fields other than the name (and train_len vs. the task) only matter with a task set.

@@ -97,7 +97,7 @@ def test_cached_decoding_equals_full_recomputation_under_gqa(kind):
     ("rope_scaling", "pi"),
     ("position_transform", "self_extend"), ("position_transform", "string"),
     ("position_transform", "lm_infinite"), ("position_transform", "streaming_llm"),
-    ("position_transform", "blockwise")])
+    ("position_transform", "blockwise"), ("position_transform", "dca")])
 def test_cached_decoding_with_extensions(field, value):
   """Beyond train_len (8 tokens here), where the extensions act, with query chunking.
 
@@ -115,6 +115,7 @@ def test_cached_decoding_with_extensions(field, value):
   c.model.position.lm_infinite_global = 2
   c.model.position.streaming_llm_sinks, c.model.position.streaming_llm_window = 2, 4
   c.model.position.blockwise_block = 3
+  c.model.position.dca_chunk_size, c.model.position.dca_local_window = 4, 1
   if value in ("dynamic_ntk", "dynamic_yarn", "string"):  # one compile per prefix: 4 beyond L
     c.model.num_layers = 1
     check_cached_equals_full(c, seq=12, prefill=8, per_prefix=True)

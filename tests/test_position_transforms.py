@@ -95,7 +95,7 @@ def test_lm_infinite_lambda_mask_and_distance_ceiling():
 
 
 @pytest.mark.parametrize("transform", ["self_extend", "string", "lm_infinite", "streaming_llm",
-                                       "blockwise"])
+                                       "blockwise", "dca"])
 def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
   """ALiBi's bias is -slope * distance, so the transformed attention must equal plain attention
   with bias -slope * (distance seen) and the transform's mask."""
@@ -107,6 +107,7 @@ def test_alibi_attention_under_a_transform_equals_explicit_bias(transform):
   c.model.position.lm_infinite_global = 2
   c.model.position.streaming_llm_sinks, c.model.position.streaming_llm_window = 2, 5
   c.model.position.blockwise_block = 7
+  c.model.position.dca_chunk_size, c.model.position.dca_local_window = 9, 2
   dims = positions.Dims.from_config(c)
   scheme = positions.build(c.model.position, dims, rngs=nnx.Rngs(0))
   t = PositionTransform.from_config(c.model.position, L)
@@ -293,3 +294,24 @@ def test_blockwise_causal_attention_sees_its_block_and_the_one_before():
   xpos = extensions.apply_extension(tiny_config("unused", "xpos"), "blockwise", window=5)
   assert (xpos.model.position.position_transform, xpos.model.position.blockwise_block) == (
       "blockwise", 5)
+
+
+def test_dual_chunk_attention_distances_follow_the_released_code():
+  """DCA (arXiv 2402.17463; HKUNLP/ChunkLlama), S = 6, w = 2, so chunks of c = 4 tokens and keys
+  at j mod 4. Query 9 (chunk 2, index 1), written out: keys 8, 9 intra (query at 1: distances
+  1, 0); keys 4..7 successive (query at min(1 + 4, 6) = 5: 5, 4, 3, 2); keys 0..3 inter (query
+  at min(2 c - 1, S) = 6: 6, 5, 4, 3). Every row against the formulas; defaults S = 3L/4, w = L/16."""
+  t = PositionTransform.from_config(cfg(position_transform="dca", dca_chunk_size=6,
+                                        dca_local_window=2), L)
+  seen, allowed = effective(t, 14)
+  assert seen[9, :10].tolist() == [6, 5, 4, 3, 5, 4, 3, 2, 1, 0]
+  i, j = np.meshgrid(np.arange(14), np.arange(14), indexing="ij")
+  gap = i // 4 - j // 4
+  want = np.where(gap == 0, i % 4 - j % 4,
+                  np.where(gap == 1, np.minimum(i % 4 + 4, 6) - j % 4, 6 - j % 4))
+  np.testing.assert_array_equal(seen[j <= i], want[j <= i])
+  assert allowed[j <= i].all() and seen.max() <= 6
+  default = PositionTransform.from_config(cfg(position_transform="dca"), L)
+  assert (default.shift, default.window) == (12, 1)
+  with pytest.raises(ConfigError, match="dca_local_window .* must be below dca_chunk_size"):
+    check_config(cfg(position_transform="dca", dca_chunk_size=4, dca_local_window=4), L)

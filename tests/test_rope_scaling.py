@@ -335,7 +335,7 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
     ("alibi", "yarn", 4.0, r"eval\.extension='yarn' applies to model\.position\.kind in "
      r"\['rope', 'p_rope', 'hope', 'resonance_rope'\] only; this run's kind is 'alibi' "
      r"\(choose one of \['none', "
-     r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite', 'blockwise', "
+     r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite', 'dca', 'blockwise', "
      r"'streaming_llm', 'attention_temperature'\]\)"),
     ("rope", "longrope", 4.0, r"model\.position\.longrope_long_factors must be a tuple of "
      r"rot_dim/2 = 8 numbers >= 1 .*python -m sweeps\.longrope_search; got \(\)"),
