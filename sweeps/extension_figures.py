@@ -1,7 +1,8 @@
 """Context-extension figures (warm-started children, the results table's `method` column):
 perplexity vs length of the parents, their fine-tuned children, the eval-only controls and the
-references from scratch (`fig_context_extension`), and the children's fine-tuning curves
-(`fig_fine_tuning_curves`); one panel per training mix.
+references from scratch (`fig_context_extension`), the children's fine-tuning curves
+(`fig_fine_tuning_curves`), one panel per training mix, and perplexity against fine-tuning steps
+from checkpoints evaluated with `eval.step` (`fig_fine_tuning_budget`).
 """
 
 from __future__ import annotations
@@ -158,5 +159,77 @@ def fig_fine_tuning_curves(curves, frame):
       ax.set_title(title, fontsize=9)
   fig.suptitle(f"Fine-tuning curves per recipe\nmean over parents' seeds, {band_text(ns)}",
                fontsize=9)
+  _legend(fig)
+  return fig
+
+
+# A parent's eval-only result stands for a recipe's step 0: its extension -> the recipe.
+STEP_ZERO = {"none": "extrapolation", "pi": "pi", "yarn": "yarn", "ntk": "ntk", "abf": "abf"}
+
+
+def budget_rows(frame) -> pd.DataFrame:
+  """The perplexities of checkpoints evaluated with `eval.step` (the `step_tag` column), as rows
+  (method, seed, step, length, ppl): the children's at their tagged step, and each parent's
+  eval-only result (extension none / pi / yarn ...) as its recipe's step 0. Empty without tags."""
+  if "step_tag" not in frame:
+    return pd.DataFrame(columns=["method", "seed", "step", "length", "ppl"])
+  rows = frame[(frame["suite"] == "ppl_vs_length") & frame["step_tag"].notna()
+               & frame["ppl"].notna()]
+  method = rows["method"].fillna("").astype(str)
+  children = rows[method != ""].assign(method=method[method != ""], step=rows["step_tag"])
+  parents = rows[method == ""]
+  parents = parents[parents["extension"].isin(list(STEP_ZERO))].assign(
+      method=lambda r: r["extension"].map(STEP_ZERO), step=0)
+  out = pd.concat([children, parents])[["method", "seed", "step", "length", "ppl"]]
+  return out.astype({"step": int, "length": int}).reset_index(drop=True)
+
+
+def fig_fine_tuning_budget(frame, baseline: str = "extrapolation"):
+  """Perplexity at each evaluated length against fine-tuning steps, one line per recipe (top
+  row), and each recipe's difference to `baseline`, paired by seed (a child and its parent share
+  a seed), below; means over seeds with their bands (`band_stats`: the 95% t-interval with 3 or
+  more seeds). The data are `budget_rows` (checkpoints evaluated with eval.step).
+
+  Returns:
+    A Figure, or None without tagged results.
+  """
+  rows = budget_rows(frame)
+  if rows.empty:
+    return None
+  lengths = sorted(rows["length"].unique())
+  fig, axes = subplots(2, len(lengths), figsize=(1.4 + 5.0 * len(lengths), 7.6), dpi=110,
+                       layout="constrained", squeeze=False)
+  ns = []
+  for col, length in enumerate(lengths):
+    at = rows[rows["length"] == length]
+    base = at[at["method"] == baseline].set_index(["seed", "step"])["ppl"]
+    for method, group in at.groupby("method"):
+      colour = METHOD_COLOURS.get(method, "#555555")
+      stats = band_stats(group, "step", "ppl")
+      ns += list(stats["n"])
+      axes[0, col].plot(stats.index, stats["mean"], color=colour, marker="o", linewidth=1.3,
+                        label=method)
+      if (stats["max"] > stats["min"]).any():
+        axes[0, col].fill_between(stats.index, stats["min"], stats["max"], color=colour,
+                                  alpha=0.15)
+      if method == baseline:
+        continue
+      paired = group.set_index(["seed", "step"])["ppl"] - base
+      paired = paired.dropna().reset_index(name="difference")
+      if not paired.empty:
+        diff = band_stats(paired, "step", "difference")
+        axes[1, col].plot(diff.index, diff["mean"], color=colour, marker="o", linewidth=1.3)
+        if (diff["max"] > diff["min"]).any():
+          axes[1, col].fill_between(diff.index, diff["min"], diff["max"], color=colour,
+                                    alpha=0.15)
+    axes[0, col].set_title(f"evaluated at {length:,} tokens", fontsize=9)
+    axes[0, col].set_ylabel("perplexity per token")
+    axes[1, col].axhline(0.0, color="#333333", linewidth=0.8)
+    axes[1, col].set_ylabel(f"perplexity minus {baseline}'s (same seed)")
+    for ax in axes[:, col]:
+      ax.set_xlabel("fine-tuning steps (0 = the parent, eval-time scaling only)")
+      ax.grid(True, alpha=0.3)
+  fig.suptitle("Perplexity against fine-tuning steps per recipe (top) and paired by seed against "
+               f"{baseline} (bottom)\nmean over seeds, {band_text(ns)}", fontsize=9)
   _legend(fig)
   return fig

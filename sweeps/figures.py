@@ -28,7 +28,7 @@ import pandas as pd
 
 from eval import suites as suites_registry
 from sweeps.collect import stale_runs, summarize
-from sweeps.extension_figures import fig_context_extension
+from sweeps.extension_figures import fig_context_extension, fig_fine_tuning_budget
 from sweeps.figure_style import PROTOCOLS, RETRIEVAL_SUITES, _any_table, _check
 from sweeps.heatmap_figures import fig_algorithmic_grid, fig_retrieval_grid
 from sweeps.length_figures import fig_accuracy_vs_length, fig_algorithmic, \
@@ -130,9 +130,13 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
   loss by position at the longest length, passkey / needle heatmap grids and accuracy vs
   length, attention diagnostics, algorithmic accuracy by size, and the metric of any other
   registered suite (`fig_metric_vs_length`). sweeps/report.py embeds them."""
+  figures = []
+  if "step_tag" in frame:  # checkpoints evaluated with eval.step: their own figure
+    figures.append(("fine_tuning_budget", "Perplexity against fine-tuning steps (checkpoints "
+                    "evaluated with eval.step)", fig_fine_tuning_budget(frame)))
+    frame = frame[frame["step_tag"].isna()]
   protocols = [p for p in ("non_overlapping", "sliding")
                if ((frame["suite"] == "ppl_vs_length") & (frame.get("protocol") == p)).any()]
-  figures = []
   for p in protocols:
     figures.append((f"context_extension_{p}", "Context extension: parents, fine-tuned children "
                     f"and eval-only controls ({p} windows)", fig_context_extension(frame, p)))

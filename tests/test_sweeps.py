@@ -693,6 +693,37 @@ def test_context_extension_figure_pairs_each_method_with_its_eval_only_control()
   assert "alibi (from scratch, reference)" not in passkey
 
 
+
+def test_fine_tuning_budget_figure_pairs_recipes_with_extrapolation_by_seed():
+  """fig_fine_tuning_budget on a hand-made table of checkpoints evaluated with eval.step: the
+  parents' eval-only results are each recipe's step 0; the bottom panel is pi minus extrapolation
+  per seed (differences 1, 2, 3 at every step: mean 2, the t-interval's half-width 2.48)."""
+  from sweeps import extension_figures
+  rows = []
+  for seed in (0, 1, 2):
+    for ext, ppl in (("none", 20.0), ("pi", 40.0)):
+      rows.append({"run": f"p{seed}", "method": "", "extension": ext, "seed": seed,
+                   "suite": "ppl_vs_length", "step_tag": 900, "length": 1024, "ppl": ppl + seed})
+    for method, offset in (("extrapolation", 0.0), ("pi", 1.0 + seed)):
+      for step in (45, 90):
+        rows.append({"run": f"{method}{seed}", "method": method, "extension": "none",
+                     "seed": seed, "suite": "ppl_vs_length", "step_tag": step, "length": 1024,
+                     "ppl": 10.0 - step / 45 + offset})
+  rows.append({"run": "p0", "method": "", "extension": "none", "seed": 0,
+               "suite": "ppl_vs_length", "step_tag": None, "length": 1024, "ppl": 99.0})
+  frame = pd.DataFrame(rows)
+  table = extension_figures.budget_rows(frame)
+  assert sorted(table["step"].unique()) == [0, 45, 90] and 99.0 not in set(table["ppl"])
+  fig = extension_figures.fig_fine_tuning_budget(frame)
+  top = {l.get_label(): l for l in fig.axes[0].get_lines()}
+  assert list(top["pi"].get_data()[0]) == [0, 45, 90]
+  assert list(top["pi"].get_data()[1]) == pytest.approx([41.0, 11.0, 10.0])
+  diff = fig.axes[1].get_lines()[0].get_data()
+  assert list(diff[1]) == pytest.approx([20.0, 2.0, 2.0])  # step 0: 40+s - (20+s)
+  assert "95% t-interval of the mean (n=3 seeds)" in fig._suptitle.get_text()
+  assert extension_figures.fig_fine_tuning_budget(frame.drop(columns="step_tag")) is None
+
+
 def test_points_with_their_own_base_config_train_from_that_file(tmp_path):
   from sweeps import synthetic_tasks_cpu
   runs = synthetic_tasks_cpu.STUDY.runs()
