@@ -229,6 +229,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.needle.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
   c.eval.needle.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.needle.value_digits = 7  # digits of the needle's value, 1..18 (RULER: 7).
+  c.eval.needle.value_kind = "digits"  # "digits" | "uuid" (RULER's UUID needles; needs max_new_tokens >= 38).
   # Multi-key needle grid (data/ruler.py; RULER niah_multikey): the needle among num_keys - 1
   # distractor needles of other keys; the needle's fields, grid, scoring and threshold rule.
   c.eval.niah_multikey = ml_collections.ConfigDict()
@@ -241,6 +242,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.niah_multikey.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
   c.eval.niah_multikey.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
   c.eval.niah_multikey.value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
+  c.eval.niah_multikey.value_kind = "digits"  # "digits" | "uuid" (RULER's niah_multikey_3 values).
   c.eval.niah_multikey.num_keys = 4  # needles per prompt, the target included, 2..64 (RULER: 4).
   # Multi-value and multi-query needle grids (data/ruler.py; RULER niah_multivalue /
   # niah_multiquery): every value of one key's needles, or of several keys, asked at once;
@@ -256,6 +258,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval[suite].fewshot = 0  # solved demonstrations before each prompt, 0..8.
     c.eval[suite].haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
     c.eval[suite].value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
+    c.eval[suite].value_kind = "digits"  # "digits" | "uuid" (36-character values).
     c.eval[suite][field] = 4  # needles (values of the one key / keys asked), 2..64 (RULER: 4).
   # Variable tracking grid (data/variable_tracking.py; RULER vt): chains of VAR assignments in
   # held-out text; the answer is every variable of the queried chain, scored by recall (string_match_all).

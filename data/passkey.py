@@ -49,8 +49,9 @@ from typing import Sequence
 import numpy as np
 
 from data.corpora import Document
-from data.retrieval_prompt import (MAX_DIGITS, RetrievalPrompt, _ids, _snap, cell_rng,
-                                   probe_numbers, random_digits, widest)
+from data.retrieval_prompt import (MAX_DIGITS, UUID_LENGTH, VALUE_KINDS, RetrievalPrompt, _ids,
+                                   _snap, cell_rng, probe_numbers, probe_values, random_digits,
+                                   random_value, widest)
 from data.tokenizers import ByteTokenizer
 
 PASSKEY_PREAMBLE = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
@@ -236,15 +237,21 @@ class NeedlePrompts:
     docs: held-out documents: the haystack (never training documents).
     preamble: start with NEEDLE_PREAMBLE and a newline (RULER's template).
     value_digits: digits of the needle's value, in [1, MAX_DIGITS] (RULER: 7).
+    value_kind: "digits" (a `value_digits`-digit number) or "uuid" (RULER's UUID needles,
+      niah_single_3 / niah_multikey_3: a version-4 UUID, scored by substring match).
 
   Raises:
-    ValueError: value_digits outside [1, MAX_DIGITS]; no non-empty document.
+    ValueError: value_digits outside [1, MAX_DIGITS]; an unknown value_kind; no non-empty
+      document.
   """
 
   def __init__(self, tokenizer: ByteTokenizer, docs: Sequence[Document], *, preamble: bool = True,
-               value_digits: int = 7):
+               value_digits: int = 7, value_kind: str = "digits"):
     if not isinstance(value_digits, int) or not 1 <= value_digits <= MAX_DIGITS:
       raise ValueError(f"value_digits must be an integer in [1, {MAX_DIGITS}]; got {value_digits!r}")
+    if value_kind not in VALUE_KINDS:
+      raise ValueError(f"value_kind must be one of {VALUE_KINDS}; got {value_kind!r}")
+    self.value_kind = value_kind
     self.tokenizer = tokenizer
     self.preamble = bool(preamble)
     self.value_digits = value_digits
@@ -253,14 +260,19 @@ class NeedlePrompts:
     bos = np.array([tokenizer.bos_id], np.int32)
     self._head = np.concatenate([bos] + ([_ids(tokenizer, NEEDLE_PREAMBLE), self._newline]
                                          if self.preamble else []))
+    probes = probe_values(value_kind, value_digits)
     self._longest_key = max((f"{a}-{n}" for a in KEY_ADJECTIVES for n in KEY_NOUNS),
-                            key=lambda k: self._fixed(k, "9" * value_digits))
-    # the widest value (all are, unless the tokenizer merges digits: `probe_numbers`)
-    self._widest_value = widest(probe_numbers(value_digits),
-                                lambda v: self._fixed(self._longest_key, v))
+                            key=lambda k: self._fixed(k, probes[0]))
+    # the widest value (all are, unless the tokenizer merges characters: `probe_values`)
+    self._widest_value = widest(probes, lambda v: self._fixed(self._longest_key, v))
 
   def _check_value(self, value: str) -> None:
-    """Raises ValueError unless `value` is a string of `value_digits` ASCII digits."""
+    """Raises ValueError unless `value` is a string of `value_digits` ASCII digits (or, for
+    value_kind "uuid", a 36-character UUID)."""
+    if self.value_kind == "uuid":
+      if not (isinstance(value, str) and len(value) == UUID_LENGTH and value.count("-") == 4):
+        raise ValueError(f"value must be a 36-character UUID; got {value!r}")
+      return
     if not (isinstance(value, str) and len(value) == self.value_digits and value.isascii()
             and value.isdigit()):
       raise ValueError(f"value must be a string of {self.value_digits} ASCII digits; got {value!r}")
@@ -321,6 +333,6 @@ class NeedlePrompts:
     """
     rng = cell_rng(seed, "needle", length, depth, trial)
     key = f"{KEY_ADJECTIVES[rng.integers(len(KEY_ADJECTIVES))]}-{KEY_NOUNS[rng.integers(len(KEY_NOUNS))]}"
-    value = random_digits(rng, self.value_digits)
+    value = random_value(rng, self.value_kind, self.value_digits)
     start = int(self.haystack.line_starts[rng.integers(len(self.haystack.line_starts))])
     return self.build(length, depth, key, value, start)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from configs.errors import ConfigError
 from data.passkey_training import min_document_len
-from data.retrieval_prompt import (MAX_DIGITS, MAX_NEEDLE_KEYS, VT_NAME_LETTERS, _integer,
-                                   check_fewshot, check_seed, check_trials)
+from data.retrieval_prompt import (MAX_DIGITS, MAX_NEEDLE_KEYS, VALUE_KINDS, VT_NAME_LETTERS,
+                                   _integer, check_fewshot, check_seed, check_trials,
+                                   value_length)
 from data.tokenizers import get_tokenizer
 
 
@@ -74,7 +75,11 @@ def check_retrieval(config) -> None:
       digits, digits_name = None, ""
     elif suite != "passkey":
       _retrieval_common(e, prefix, digits_field="value_digits", max_digits=MAX_DIGITS)
-      digits, digits_name = e.value_digits, f"{prefix}.value_digits"
+      kind = e.get("value_kind", "digits")
+      if kind not in VALUE_KINDS:
+        raise ConfigError(f"{prefix}.value_kind must be one of {list(VALUE_KINDS)}; got {kind!r}")
+      digits = value_length(kind, e.value_digits)
+      digits_name = f"{prefix}.value_digits" if kind == "digits" else "a UUID's 36 characters"
     else:
       digits, digits_name = (p.key_digits if p is not None else 5), "data.passkey.key_digits"
     if suite == "niah_multikey" and (not _integer(e.num_keys)
@@ -87,10 +92,10 @@ def check_retrieval(config) -> None:
       if not _integer(count) or not 2 <= count <= MAX_NEEDLE_KEYS:
         raise ConfigError(f"{prefix}.{count_field} must be an integer in [2, {MAX_NEEDLE_KEYS}] "
                           f"(needles per prompt, every one asked for); got {count!r}")
-      need = 5 + count * (e.value_digits + 2)  # " v1, v2, ..., and vN."
+      need = 5 + count * (digits + 2)  # " v1, v2, ..., and vN."
       if not _integer(e.max_new_tokens) or e.max_new_tokens < need:
         raise ConfigError(f"{prefix}.max_new_tokens must be an integer >= {need} (5 + "
-                          f"{count_field} x (value_digits + 2): room for every value); got "
+                          f"{count_field} x ({digits_name} + 2): room for every value); got "
                           f"{e.max_new_tokens!r}")
     depths = e.depths
     if (not isinstance(depths, (tuple, list)) or not depths

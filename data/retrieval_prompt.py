@@ -95,6 +95,38 @@ def random_digits(rng: np.random.Generator, digits: int) -> str:
   return str(int(rng.integers(10 ** (digits - 1), 10 ** digits)))
 
 
+VALUE_KINDS = ("digits", "uuid")  # eval.<needle suite>.value_kind
+UUID_LENGTH = 36  # characters of "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx"
+
+
+def random_uuid(rng: np.random.Generator) -> str:
+  """A random UUID in RFC 4122 version-4 form (lowercase hex, 8-4-4-4-12), drawn from `rng`
+  (RULER's UUID needles use Python's uuid.uuid4(); this is the same form, reproducible)."""
+  b = bytearray(rng.integers(0, 256, size=16, dtype=np.uint8).tobytes())
+  b[6] = (b[6] & 0x0F) | 0x40  # version 4
+  b[8] = (b[8] & 0x3F) | 0x80  # variant 10
+  h = b.hex()
+  return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def random_value(rng: np.random.Generator, kind: str, digits: int) -> str:
+  """A needle's value: `random_digits(rng, digits)` ("digits") or `random_uuid(rng)` ("uuid").
+
+  Raises:
+    ValueError: an unknown kind, or digits outside [1, MAX_DIGITS] for "digits".
+  """
+  if kind == "digits":
+    return random_digits(rng, digits)
+  if kind == "uuid":
+    return random_uuid(rng)
+  raise ValueError(f"value kind must be one of {VALUE_KINDS}; got {kind!r}")
+
+
+def value_length(kind: str, digits: int) -> int:
+  """Characters of a value of `kind` (`digits` for "digits", UUID_LENGTH for "uuid")."""
+  return digits if kind == "digits" else UUID_LENGTH
+
+
 def _snap(candidates: np.ndarray, target: float) -> int:
   """The candidate offset nearest to `target` (ties: the smaller)."""
   return int(candidates[np.argmin(np.abs(candidates - target))])
@@ -105,6 +137,15 @@ def _ids(tokenizer: ByteTokenizer, text: str | bytes) -> np.ndarray:
 
 
 PROBES = 64  # random values besides "9...9" whose widest sets a builder's min_length
+
+
+def probe_values(kind: str, digits: int) -> list[str]:
+  """`probe_numbers(digits)` for "digits"; for "uuid", PROBES UUIDs of a fixed generator (all
+  36 characters; a BPE tokenizer splits them differently, so the widest sets min_length)."""
+  if kind == "digits":
+    return probe_numbers(digits)
+  rng = np.random.default_rng([36, 97])
+  return [random_uuid(rng) for _ in range(PROBES)]
 
 
 def probe_numbers(digits: int) -> list[str]:

@@ -39,7 +39,7 @@ from data.corpora import Document
 from data.passkey import (KEY_ADJECTIVES, KEY_NOUNS, NEEDLE_QUESTION, NEEDLE_TEMPLATE,
                           PASSKEY_FILLER, NeedlePrompts)
 from data.retrieval_prompt import (MAX_NEEDLE_KEYS, RetrievalPrompt, _ids, _snap, cell_rng,
-                                   random_digits)
+                                   random_value)
 from data import ruler_words
 from data.tokenizers import ByteTokenizer
 from data.variable_tracking import VariableTrackingPrompts
@@ -62,11 +62,12 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
   """
 
   def __init__(self, tokenizer: ByteTokenizer, docs: Sequence[Document], *, num_keys: int = 4,
-               preamble: bool = True, value_digits: int = 7):
+               preamble: bool = True, value_digits: int = 7, value_kind: str = "digits"):
     if (not isinstance(num_keys, int) or isinstance(num_keys, bool)
         or not 2 <= num_keys <= MAX_NEEDLE_KEYS):
       raise ValueError(f"num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}]; got {num_keys!r}")
-    super().__init__(tokenizer, docs, preamble=preamble, value_digits=value_digits)
+    super().__init__(tokenizer, docs, preamble=preamble, value_digits=value_digits,
+                     value_kind=value_kind)
     self.num_keys = num_keys
     self._longest_needle = max(map(self._needle_len, KEYS))
 
@@ -152,9 +153,9 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
     """
     rng = cell_rng(seed, "niah_multikey", length, depth, trial)
     keys = [KEYS[i] for i in rng.permutation(len(KEYS))[:self.num_keys]]
-    values = [random_digits(rng, self.value_digits)]
+    values = [random_value(rng, self.value_kind, self.value_digits)]
     while len(values) < self.num_keys:
-      v = random_digits(rng, self.value_digits)
+      v = random_value(rng, self.value_kind, self.value_digits)
       if v != values[0]:
         values.append(v)
     start = int(self.haystack.line_starts[rng.integers(len(self.haystack.line_starts))])
@@ -196,11 +197,12 @@ class MultiNeedlePrompts(MultiKeyNeedlePrompts):
   """
 
   def __init__(self, tokenizer: ByteTokenizer, docs: Sequence[Document], *, mode: str,
-               count: int = 4, preamble: bool = True, value_digits: int = 7):
+               count: int = 4, preamble: bool = True, value_digits: int = 7,
+               value_kind: str = "digits"):
     if mode not in MULTI_MODES:
       raise ValueError(f"mode must be one of {MULTI_MODES}; got {mode!r}")
     super().__init__(tokenizer, docs, num_keys=count, preamble=preamble,
-                     value_digits=value_digits)
+                     value_digits=value_digits, value_kind=value_kind)
     self.mode = mode
 
   def _question(self, keys: Sequence[str]) -> str:
@@ -257,7 +259,7 @@ class MultiNeedlePrompts(MultiKeyNeedlePrompts):
             else [KEYS[order[0]]] * self.num_keys)
     values: list[str] = []
     while len(values) < self.num_keys:
-      v = random_digits(rng, self.value_digits)
+      v = random_value(rng, self.value_kind, self.value_digits)
       if v not in values:
         values.append(v)
     start = int(self.haystack.line_starts[rng.integers(len(self.haystack.line_starts))])
@@ -296,13 +298,16 @@ def builder(suite: str, section, tokenizer: ByteTokenizer, docs: Sequence[Docume
     docs = [Document("noise", NOISE_HAYSTACK.encode())]
   n = section
   if suite == "needle":
-    prompts = NeedlePrompts(tokenizer, docs, preamble=n.preamble, value_digits=n.value_digits)
+    prompts = NeedlePrompts(tokenizer, docs, preamble=n.preamble, value_digits=n.value_digits,
+                            value_kind=n.get("value_kind", "digits"))
   elif suite == "niah_multikey":
     prompts = MultiKeyNeedlePrompts(tokenizer, docs, num_keys=n.num_keys, preamble=n.preamble,
-                                    value_digits=n.value_digits)
+                                    value_digits=n.value_digits,
+                                    value_kind=n.get("value_kind", "digits"))
   elif suite in MULTI_COUNT_FIELD:
     prompts = MultiNeedlePrompts(tokenizer, docs, mode=suite, count=n[MULTI_COUNT_FIELD[suite]],
-                                 preamble=n.preamble, value_digits=n.value_digits)
+                                 preamble=n.preamble, value_digits=n.value_digits,
+                                 value_kind=n.get("value_kind", "digits"))
   elif suite == "variable_tracking":
     prompts = VariableTrackingPrompts(tokenizer, docs, num_chains=n.num_chains,
                                       num_hops=n.num_hops, preamble=n.preamble)

@@ -20,7 +20,9 @@ column per length):
             (BOS/EOS/PAD); its first maximal run of ASCII digits [0-9]+ must equal the answer.
             " 71432." and " is 71432" are correct for key 71432; " 7143", " 714321", " 71 432"
             and "" are wrong. (Mohtashami & Jaggi's test_model compares the first `\\d+` of the
-            response with the key, likewise.) niah_multivalue, niah_multiquery and
+            response with the key, likewise.) A value that is not all digits (a UUID,
+            `value_kind="uuid"`) is correct when the continuation contains it, case-insensitive
+            (RULER's string_match for UUID needles). niah_multivalue, niah_multiquery and
             variable_tracking ask for several references (all values; a chain's variable
             names) and score RULER's string_match_all (`recall_all`): the share of them the
             continuation contains; a cell's accuracy is the mean share.
@@ -141,11 +143,21 @@ def recall_all(continuation: str, references) -> float:
 
 
 def is_correct(continuation: str, answer: str) -> bool:
-  """Exact match: the first run of ASCII digits of `continuation` equals `answer`.
+  """Exact match: the first run of ASCII digits of `continuation` equals `answer` (a number);
+  an answer that is not all digits (a UUID) must occur in it, case-insensitive (RULER).
 
   " 71432." -> True for answer "71432"; " 7143", " 714321", "71 432", "" -> False.
+  " is 9f1c...e2." -> True for answer "9f1c...e2".
   """
+  if not answer.isdigit():
+    return answer.lower() in continuation.lower()
   return first_digit_run(continuation) == answer
+
+
+def answered_value(continuation: str, values) -> str | None:
+  """Which of `values` (a distractor's) the continuation answered with: the one `is_correct`
+  accepts, or None."""
+  return next((v for v in values if is_correct(continuation, v)), None)
 
 
 # ---------------------------------------------------------------------------- the grid
@@ -374,11 +386,11 @@ def evaluate_grid(suite: str, config, builder, tokenizer: ByteTokenizer,
                               "actual_depth": p.actual_depth, "needle_start": p.needle_start,
                               "distance_to_end": length - p.needle_start}))
           if p.distractors:  # which other needle, if any, the model answered with
-            answered = first_digit_run(text)
+            answered = answered_value(text, [v for _, v, _ in p.distractors])
             outputs[-1]["distractors"] = [{"key": k, "value": v, "needle_start": start}
                                           for k, v, start in p.distractors]
             outputs[-1]["answered_distractor"] = next(
-                (k for k, v, _ in p.distractors if v == answered), None)
+                (k for k, v, _ in p.distractors if answered is not None and v == answered), None)
         correct = sum(o["correct"] for o in outputs)
         row_correct += correct
         row_score += sum(o["score"] for o in outputs)
@@ -438,7 +450,9 @@ def _prompt_format(suite: str, config, builder) -> dict:
                       "queried chain's first at depth b, the rest after it; distractor chains at "
                       "uniform depths)\\nquestion",
             "haystack_tokens": int(len(builder.haystack.tokens))}
-  out = {"preamble": n.preamble, "value_digits": n.value_digits, "min_length": builder.min_length,
+  out = {"preamble": n.preamble, "value_digits": n.value_digits,
+         **({"value_kind": n.value_kind} if n.get("value_kind", "digits") != "digits" else {}),
+         "min_length": builder.min_length,
          "preamble_text": prompts_lib.NEEDLE_PREAMBLE, "needle": prompts_lib.NEEDLE_TEMPLATE,
          "question": prompts_lib.NEEDLE_QUESTION,
          "layout": "[preamble\\n]haystack[:b]needle\\nhaystack[b:F]\\nquestion",

@@ -217,3 +217,36 @@ def test_the_noise_haystack_needs_no_held_out_text(suite):
   c.eval[suite].haystack = "essays"
   with pytest.raises(ConfigError, match=f"eval.{suite}.haystack must be 'text'"):
     validate(c, 8)
+
+
+def test_uuid_needles_hold_a_version_4_uuid_and_are_scored_by_substring(text_corpus):
+  """value_kind="uuid" (RULER's UUID needles): every value is a version-4 UUID in the prompt's
+  needle lines, the target's answer is scored by case-insensitive substring (a distractor's UUID
+  is no answer), and a section whose max_new_tokens cannot hold a UUID is refused in one line."""
+  from data.retrieval_prompt import random_uuid
+  form = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+  rng = np.random.default_rng(0)
+  assert all(form.match(random_uuid(rng)) for _ in range(50))
+  assert random_uuid(np.random.default_rng(3)) == random_uuid(np.random.default_rng(3))
+  docs = read_text_files(text_corpus)[:3]
+  builder = ruler.MultiKeyNeedlePrompts(TOK, docs, num_keys=3, value_kind="uuid")
+  p = builder.cell(1024, 0.5, 0, seed=0)
+  assert len(p.tokens) == 1024 and form.match(p.answer)
+  lines = re.findall(r"One of the special magic numbers for [a-z]+-[a-z]+ is: ([0-9a-f-]{36})\.",
+                     text(p.tokens))
+  assert len(lines) == 3 and p.answer in lines
+  distractor = next(v for _, v, _ in p.distractors)
+  assert needle.is_correct(f" {p.answer.upper()}.", p.answer)
+  assert not needle.is_correct(f" {distractor}.", p.answer)
+  assert needle.answered_value(f" it is {distractor}", [distractor]) == distractor
+  assert needle.is_correct(" 71432.", "71432") and not needle.is_correct(" 714321", "71432")
+  c = tiny_config(text_corpus, "rope")
+  c.eval.suites, c.eval.niah_multikey.value_kind = "niah_multikey", "uuid"
+  with pytest.raises(ConfigError, match=r"eval.niah_multikey.max_new_tokens must be an integer "
+                                        r">= 38 \(a UUID's 36 characters \+ 2"):
+    validate(c, 1)
+  c.eval.niah_multikey.max_new_tokens = 40
+  validate(c, 1)
+  c.eval.niah_multikey.value_kind = "guid"
+  with pytest.raises(ConfigError, match=r"value_kind must be one of \['digits', 'uuid'\]"):
+    validate(c, 1)
