@@ -199,7 +199,7 @@ def get_config() -> ml_collections.ConfigDict:
                              # | longrope (rope)
                              # | alibi_interpolation (alibi) | self_extend | string | lm_infinite
                              # | streaming_llm | blockwise | dca (relative schemes) |
-                             # attention_temperature;
+                             # randomized_positions | attention_temperature;
                              # models/extensions.py
                              # (the registry of these names).
   c.eval.factor = 1.0  # scale factor s of pi / ntk / yarn / llama3 / longrope (e.g. eval length

@@ -202,6 +202,7 @@ FIELD_RANGES: dict[str, Range] = {
     "model.position.lm_infinite_distance": AUTO_LEN,
     "model.position.streaming_llm_sinks": COUNT,
     "model.position.blockwise_block": AUTO_LEN,
+    "model.position.randomized_draws": POSITIVE,
     "model.position.dca_chunk_size": AUTO_LEN,
     "model.position.dca_local_window": AUTO_LEN,
     "model.position.bipe_alibi_slope_scale": POSITIVE_REAL,

@@ -142,6 +142,8 @@ def _ignored_position_field(pos, name: str, extension: str) -> bool:
   if name in position_transforms.CONFIG_FIELDS:
     prefix = next(p for p in _TRANSFORM_OF if name.startswith(p))
     return pos.get("position_transform", "none") != _TRANSFORM_OF[prefix]
+  if name in position_transforms.EVAL_POSITION_FIELDS:
+    return name != "randomized_positions" and not pos.get("randomized_positions", False)
   if name in position_transforms.TEMPERATURE_FIELDS:
     return name != "attention_temperature" and not pos.get("attention_temperature", False)
   return True

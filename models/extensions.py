@@ -128,6 +128,21 @@ def _attention_temperature(pos, extension: str, factor: float, window: int,
   position_transforms.check_config(pos, train_len)
 
 
+def _randomized_positions(pos, extension: str, factor: float, window: int,
+                          train_len: int) -> None:
+  """randomized_positions=True: perplexity averages `randomized_draws` draws of positions from
+  the run's training range (Ruoss et al., arXiv 2305.16843; eval/perplexity.py)."""
+  del extension, factor, window, train_len
+  for name, default in position_transforms.EVAL_POSITION_DEFAULTS.items():
+    if name not in pos:
+      pos[name] = default
+  draws = pos.randomized_draws
+  if not (isinstance(draws, int) and not isinstance(draws, bool) and draws >= 1):
+    raise ConfigError(f"model.position.randomized_draws must be an integer >= 1 (draws of "
+                      f"positions averaged per window); got {draws!r}")
+  pos.randomized_positions = True
+
+
 def _position_transform(pos, extension: str, factor: float, window: int, train_len: int) -> None:
   """position_transform=<name>; eval.window sets its window; self_extend's G is eval.factor."""
   for name, default in position_transforms.DEFAULTS.items():
@@ -182,6 +197,8 @@ EXTENSIONS: dict[str, Extension] = {
     "streaming_llm": Extension(_position_transform, ("none",),  # NoPE: the cache's mask alone
                                relative=True, window_field="streaming_llm_window",
                                params=("streaming_llm_sinks",)),
+    "randomized_positions": Extension(_randomized_positions, kinds=None,
+                                      params=("randomized_draws",)),
     "attention_temperature": Extension(_attention_temperature, kinds=None,
                                        params=("attention_temperature_form",
                                                "attention_temperature_layers"),
@@ -215,7 +232,8 @@ def extension_params(extension: str, position_config) -> dict:
   `position_config` (defaults where the field is absent; `Extension.optional_params` only where
   they differ from the default); results record them."""
   defaults = {**DEFAULTS, **position_transforms.DEFAULTS,
-              **position_transforms.TEMPERATURE_DEFAULTS}
+              **position_transforms.TEMPERATURE_DEFAULTS,
+              **position_transforms.EVAL_POSITION_DEFAULTS}
   spec = EXTENSIONS.get(extension)
   if spec is None:
     return {}

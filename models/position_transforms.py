@@ -194,6 +194,14 @@ class Temperature:
   l0: int = -1
   per: str = "query"
 TEMPERATURE_DEFAULTS = {name: default for name, (default, _) in TEMPERATURE_FIELDS.items()}
+# Randomized positions at evaluation (eval.extension=randomized_positions; eval/perplexity.py):
+# not a change of the model but of the positions perplexity feeds it, name -> (default, comment).
+EVAL_POSITION_FIELDS = {
+    "randomized_positions": (False, "perplexity with positions drawn as in training "
+                                    "(eval.extension=randomized_positions)."),
+    "randomized_draws": (4, "randomized_positions: draws averaged per window (NLL mean)."),
+}
+EVAL_POSITION_DEFAULTS = {name: default for name, (default, _) in EVAL_POSITION_FIELDS.items()}
 
 # region(distance, k_positions) -> bool [batch, 1, q_len, k_len], or None for everywhere.
 Region = Callable[[jax.Array, jax.Array], jax.Array] | None

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 import jax
+import numpy as np
 import pytest
 
 import forked
@@ -224,3 +225,56 @@ def test_eval_step_tags_the_files_so_several_checkpoints_results_sit_side_by_sid
       check_kept_step("r", plan)
   plan.eval.step, plan.train.max_to_keep = 45, 16
   check_kept_step("r", plan)
+
+
+def test_randomized_positions_at_evaluation_average_draws_of_training_positions(parent, tmp_path):
+  """eval.extension=randomized_positions (Ruoss et al., arXiv 2305.16843): perplexity from
+  positions drawn as in training (sorted, distinct, from [0, 4 x train_len) here), the NLL
+  averaged over draws, written beside the true-position result; the same draws every time; by
+  hand for one length from the draws themselves; lengths above the range skipped."""
+  from data.position_samplers import RandomizedPositions
+  from eval import perplexity
+  run = copy_of(parent, tmp_path)
+  config = load_run_config(run)
+  config.eval.extension = "randomized_positions"
+  config.model.position.randomized_draws = 2
+  config.eval.length_multipliers = (1.0, 8.0)  # 32 and 256 > 4 x 32 = 128: skipped
+  out = eval_run.evaluate(run, config=config)
+  assert list(out) == ["ppl_vs_length_randomized_positions_randomized_draws2"]  # a changed param
+  result = out["ppl_vs_length_randomized_positions_randomized_draws2"]
+  assert result["randomized_positions"] == {"draws": 2, "max_position": 128, "seed": 0}
+  assert result["extension_params"] == {"randomized_draws": 2}
+  row, beyond = result["rows"]
+  assert beyond["nll"] is None and "L <= 128" in beyond["skipped"]
+  true = json.load(open(f"{run}/eval/ppl_vs_length.json"))["rows"][0]
+  assert row["nll"] != true["nll"] and row["tokens"] == true["tokens"]
+  again = eval_run.evaluate(run, config=config)[
+      "ppl_vs_length_randomized_positions_randomized_draws2"]
+  assert again["rows"][0]["nll"] == row["nll"]
+  # By hand: the same windows and draws, each scored with true-position machinery.
+  from configs.stored import load_run_config as load
+  from data.inputs import load_splits
+  from models import sharding
+  from models.spec import model_spec
+  from runs.checkpoint import restore_params
+  from data.tokenizers import get_tokenizer
+  c = load(run)
+  mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
+  spec = model_spec(c, mesh)
+  params, _ = restore_params(run, c, spec, None)
+  docs = load_splits(c)[c.eval.split]
+  tok = get_tokenizer(c.data.tokenizer)
+  windows = perplexity.evaluation_windows(
+      docs, tok, 32, protocol="non_overlapping", stride=0,
+      max_tokens_per_doc=perplexity.tokens_per_document(c.eval.max_tokens_per_length, len(docs)))
+  nll_fn = perplexity.make_nll_fn(spec.graphdef, mesh)
+  sampler = RandomizedPositions(max_position=128, seed=0)
+  sums = []
+  for d in range(2):
+    rng = sampler.rng(32, d)
+    pos = np.stack([sampler.positions(r, rng) for r in windows["segment_ids"]])
+    assert (np.diff(pos, axis=1) > 0).all() and pos.max() < 128
+    s = perplexity.score_windows_by_position(nll_fn, params, dict(windows, positions=pos),
+                                             batch_size=8, mesh=mesh)
+    sums.append(s.nll_sum / s.tokens)
+  assert row["nll"] == pytest.approx(np.mean(sums), rel=1e-5)

@@ -206,6 +206,7 @@ ADDED_POSITION = {
     "attention_temperature_per": "query", "dape_fire_form": "released",
     "alibi_interpolation_rule": "query", "blockwise_block": -1,
     "dca_chunk_size": -1, "dca_local_window": -1,
+    "randomized_positions": False, "randomized_draws": 4,
 }
 
 

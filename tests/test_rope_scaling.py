@@ -336,7 +336,7 @@ def test_apply_extension_on_a_config_that_predates_the_fields():
      r"\['rope', 'p_rope', 'hope', 'resonance_rope'\] only; this run's kind is 'alibi' "
      r"\(choose one of \['none', "
      r"'alibi_interpolation', 'self_extend', 'string', 'lm_infinite', 'dca', 'blockwise', "
-     r"'streaming_llm', 'attention_temperature'\]\)"),
+     r"'streaming_llm', 'randomized_positions', 'attention_temperature'\]\)"),
     ("rope", "longrope", 4.0, r"model\.position\.longrope_long_factors must be a tuple of "
      r"rot_dim/2 = 8 numbers >= 1 .*python -m sweeps\.longrope_search; got \(\)"),
     ("rope", "llama3", 0.5, r"eval\.extension='llama3' needs a finite factor s >= 1"),

@@ -118,6 +118,15 @@ def text_note(result: dict) -> str | None:
           "none")
 
 
+def _randomized_record(config) -> dict:
+  """The randomized-positions setting a result records ({} with the true positions)."""
+  setting = perplexity.randomized_setting(config)
+  if setting is None:
+    return {}
+  draws, max_position, seed = setting
+  return {"randomized_positions": {"draws": draws, "max_position": max_position, "seed": seed}}
+
+
 class Perplexity(Suite):
   """ppl_vs_length + loss_by_position (module docstring)."""
 
@@ -133,7 +142,8 @@ class Perplexity(Suite):
 
     Raises:
       ConfigError: an explicit length beyond the scheme, or beyond every held-out document of
-        eval.split (naming eval.length_multipliers and the longest document).
+        eval.split (naming eval.length_multipliers and the longest document); randomized
+        positions (eval.extension=randomized_positions) beyond the scheme's positions.
     """
     warnings = []
     split = (docs or {}).get(config.eval.split)
@@ -156,6 +166,14 @@ class Perplexity(Suite):
     else:
       perplexity.check_lengths(eval_lengths(config), spec.max_position,
                                config.model.position.kind, spec.max_position_hint)
+    randomized = perplexity.randomized_setting(config)
+    if randomized and spec is not None and spec.max_position is not None and (
+        randomized[1] > spec.max_position):
+      raise ConfigError(f"eval.extension=randomized_positions draws positions from [0, "
+                        f"{randomized[1]}) (data.position_sampler.max_position) but "
+                        f"model.position.kind={config.model.position.kind!r} represents "
+                        f"{spec.max_position} positions; train with max_position <= "
+                        f"{spec.max_position}, or a larger table")
     if spec is not None:
       skip, reason = perplexity.skipped_lengths(config, spec)
       if skip:
@@ -163,6 +181,9 @@ class Perplexity(Suite):
     return warnings
 
   def run(self, ctx: Context) -> dict[str, dict]:
+    """Perplexity and loss by position at every eval length (eval/perplexity.py); with
+    eval.extension=randomized_positions, from positions drawn as in training, averaged over
+    draws."""
     config, e = ctx.config, ctx.config.eval
     protocol = e.get("protocol", "non_overlapping")  # absent in configs written before the field
     stride = e.get("stride", 0)
@@ -176,7 +197,7 @@ class Perplexity(Suite):
         batch_tokens=e.batch_tokens, mesh=ctx.mesh, skip=skip, skip_reason=reason,
         protocol=protocol, stride=stride, position_bins=position_bins,
         memory_check=memory.eval_checker(config, ctx.mesh, ctx.params),  # skips what cannot fit
-        doc_tokens=doc_tokens)
+        doc_tokens=doc_tokens, randomized=perplexity.randomized_setting(config))
     by_position = []
     for row in rows:
       row["multiplier"] = row["length"] / config.data.train_len
@@ -185,6 +206,7 @@ class Perplexity(Suite):
     common = {
         "protocol": protocol, "stride": stride, "windows_start": "document_start",
         "scheme": config.model.position.kind, **recorded_step(ctx),
+        **_randomized_record(config),
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
         "max_tokens_per_length": e.max_tokens_per_length,

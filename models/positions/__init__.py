@@ -110,6 +110,7 @@ def config_fields() -> dict[str, tuple[object, str]]:
   sources = [(f"scheme {kind!r}", cls.config_fields) for kind, cls in REGISTRY.items()]
   sources.append(("models/position_transforms.py", position_transforms.CONFIG_FIELDS))
   sources.append(("models/position_transforms.py", position_transforms.TEMPERATURE_FIELDS))
+  sources.append(("models/position_transforms.py", position_transforms.EVAL_POSITION_FIELDS))
   for source, declared in sources:
     for name, (default, comment) in declared.items():
       if name == "kind":
