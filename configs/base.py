@@ -240,7 +240,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.niah_multikey.max_new_tokens = 10  # greedy tokens decoded after the prompt; >= value_digits + 2.
   c.eval.niah_multikey.preamble = True  # prompts open with RULER's task description.
   c.eval.niah_multikey.fewshot = 0  # solved demonstrations before each prompt, 0..8 (RULER: 1 for vt, cwe).
-  c.eval.niah_multikey.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise).
+  c.eval.niah_multikey.haystack = "text"  # "text" (held-out eval.split) | "noise" (RULER's noise)
+                                          # | "needles" (RULER's niah_multikey_2: distractor needles).
   c.eval.niah_multikey.value_digits = 7  # digits of every needle's value, 1..18 (RULER: 7).
   c.eval.niah_multikey.value_kind = "digits"  # "digits" | "uuid" (RULER's niah_multikey_3 values).
   c.eval.niah_multikey.num_keys = 4  # needles per prompt, the target included, 2..64 (RULER: 4).

@@ -65,9 +65,14 @@ def check_retrieval(config) -> None:
     if e is None:
       continue
     prefix = f"eval.{suite}"
-    if suite != "passkey" and e.get("haystack", "text") not in ("text", "noise"):
-      raise ConfigError(f"{prefix}.haystack must be 'text' (held-out text of eval.split) or "
-                        f"'noise' (RULER's noise sentences); got {e.haystack!r}")
+    if suite != "passkey" and e.get("haystack", "text") not in ("text", "noise", "needles"):
+      raise ConfigError(f"{prefix}.haystack must be 'text' (held-out text of eval.split), "
+                        f"'noise' (RULER's noise sentences) or 'needles' (niah_multikey only: "
+                        f"RULER's niah_multikey_2); got {e.haystack!r}")
+    if e.get("haystack", "text") == "needles" and suite != "niah_multikey":
+      raise ConfigError(f"{prefix}.haystack='needles' (RULER's haystack of distractor needles, "
+                        f"niah_multikey_2) applies to eval.niah_multikey only; use 'text' or "
+                        f"'noise'")
     if suite != "passkey":
       check_fewshot(e, prefix)
     if suite == "variable_tracking":

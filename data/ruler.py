@@ -45,6 +45,9 @@ from data.tokenizers import ByteTokenizer
 from data.variable_tracking import VariableTrackingPrompts
 
 KEYS = tuple(f"{a}-{n}" for a in KEY_ADJECTIVES for n in KEY_NOUNS)  # 576 distinct keys
+# With the needle haystack (niah_multikey_2), a prompt's needles use TARGET_KEYS and the haystack's
+# lines HAYSTACK_KEYS, so that no haystack line asks the target's key.
+TARGET_KEYS, HAYSTACK_KEYS = KEYS[0::2], KEYS[1::2]
 
 
 class MultiKeyNeedlePrompts(NeedlePrompts):
@@ -62,13 +65,15 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
   """
 
   def __init__(self, tokenizer: ByteTokenizer, docs: Sequence[Document], *, num_keys: int = 4,
-               preamble: bool = True, value_digits: int = 7, value_kind: str = "digits"):
+               preamble: bool = True, value_digits: int = 7, value_kind: str = "digits",
+               keys: Sequence[str] = KEYS):
     if (not isinstance(num_keys, int) or isinstance(num_keys, bool)
         or not 2 <= num_keys <= MAX_NEEDLE_KEYS):
       raise ValueError(f"num_keys must be an integer in [2, {MAX_NEEDLE_KEYS}]; got {num_keys!r}")
     super().__init__(tokenizer, docs, preamble=preamble, value_digits=value_digits,
                      value_kind=value_kind)
     self.num_keys = num_keys
+    self.keys = tuple(keys)  # the keys a prompt's needles draw from
     self._longest_needle = max(map(self._needle_len, KEYS))
 
   def _needle_len(self, key: str) -> int:
@@ -152,7 +157,7 @@ class MultiKeyNeedlePrompts(NeedlePrompts):
       ValueError: see `build_multi` and `cell_rng`.
     """
     rng = cell_rng(seed, "niah_multikey", length, depth, trial)
-    keys = [KEYS[i] for i in rng.permutation(len(KEYS))[:self.num_keys]]
+    keys = [self.keys[i] for i in rng.permutation(len(self.keys))[:self.num_keys]]
     values = [random_value(rng, self.value_kind, self.value_digits)]
     while len(values) < self.num_keys:
       v = random_value(rng, self.value_kind, self.value_digits)
@@ -276,9 +281,29 @@ BUILDER_SUITES = ("needle", "niah_multikey", "niah_multivalue", "niah_multiquery
                   "variable_tracking", *ruler_words.SUITES)
 
 
+HAYSTACKS = ("text", "noise", "needles")  # eval.<suite>.haystack ("needles": niah_multikey only)
+NEEDLE_HAYSTACK_LINES = 4096  # lines of the needle haystack (about 60 tokens each with bytes)
+NEEDLE_HAYSTACK_SEED = 20_240_406  # its keys and values: one fixed document for every prompt
+
+
 def uses_noise(section) -> bool:
-  """True when a suite's section (eval.<suite>) asks for the noise haystack."""
-  return section.get("haystack", "text") == "noise"
+  """True when a suite's section (eval.<suite>) asks for a synthetic haystack (RULER's noise
+  sentences, or its needle haystack): no held-out text is read."""
+  return section.get("haystack", "text") in ("noise", "needles")
+
+
+def needle_haystack(value_digits: int, value_kind: str = "digits") -> Document:
+  """RULER's niah_multikey_2 haystack (Hsieh et al., arXiv 2404.06654, Sec. 3.1: "the haystack
+  is filled with distractor needles"): NEEDLE_HAYSTACK_LINES needle lines ("One of the special
+  magic numbers for {key} is: {value}.") with keys from HAYSTACK_KEYS (every other key, so that
+  no haystack line shares a key with a prompt's needles, drawn from TARGET_KEYS) and random
+  values, one fixed document (NEEDLE_HAYSTACK_SEED). The prompt's own needles are inserted into
+  it as into text, so every distractor asks a different key than the target."""
+  rng = np.random.default_rng(NEEDLE_HAYSTACK_SEED)
+  lines = [NEEDLE_TEMPLATE.format(key=HAYSTACK_KEYS[int(rng.integers(len(HAYSTACK_KEYS)))],
+                                  value=random_value(rng, value_kind, value_digits))
+           for _ in range(NEEDLE_HAYSTACK_LINES)]
+  return Document("needles", ("\n".join(lines) + "\n").encode())
 
 
 def builder(suite: str, section, tokenizer: ByteTokenizer, docs: Sequence[Document]):
@@ -294,16 +319,22 @@ def builder(suite: str, section, tokenizer: ByteTokenizer, docs: Sequence[Docume
   Raises:
     ValueError: an unknown suite or a bad field (the builders' own checks).
   """
-  if uses_noise(section):
-    docs = [Document("noise", NOISE_HAYSTACK.encode())]
   n = section
+  if n.get("haystack", "text") == "needles":
+    if suite != "niah_multikey":
+      raise ValueError(f"haystack='needles' is RULER's niah_multikey_2 and applies to "
+                       f"niah_multikey only; got suite {suite!r}")
+    docs = [needle_haystack(n.value_digits, n.get("value_kind", "digits"))]
+  elif uses_noise(section):
+    docs = [Document("noise", NOISE_HAYSTACK.encode())]
   if suite == "needle":
     prompts = NeedlePrompts(tokenizer, docs, preamble=n.preamble, value_digits=n.value_digits,
                             value_kind=n.get("value_kind", "digits"))
   elif suite == "niah_multikey":
     prompts = MultiKeyNeedlePrompts(tokenizer, docs, num_keys=n.num_keys, preamble=n.preamble,
                                     value_digits=n.value_digits,
-                                    value_kind=n.get("value_kind", "digits"))
+                                    value_kind=n.get("value_kind", "digits"),
+                                    keys=TARGET_KEYS if n.get("haystack") == "needles" else KEYS)
   elif suite in MULTI_COUNT_FIELD:
     prompts = MultiNeedlePrompts(tokenizer, docs, mode=suite, count=n[MULTI_COUNT_FIELD[suite]],
                                  preamble=n.preamble, value_digits=n.value_digits,

@@ -250,3 +250,24 @@ def test_uuid_needles_hold_a_version_4_uuid_and_are_scored_by_substring(text_cor
   c.eval.niah_multikey.value_kind = "guid"
   with pytest.raises(ConfigError, match=r"value_kind must be one of \['digits', 'uuid'\]"):
     validate(c, 1)
+
+
+def test_the_needle_haystack_is_made_of_distractor_needles_of_other_keys():
+  """haystack="needles" (RULER's niah_multikey_2): the haystack is needle lines whose keys are
+  never a prompt's (HAYSTACK_KEYS vs TARGET_KEYS), so the target's key occurs once; no held-out
+  text is needed; any other suite refuses it in one line."""
+  section = tiny_config("unused", "rope").eval.niah_multikey
+  section.haystack = "needles"
+  builder = ruler.builder("niah_multikey", section, TOK, ())
+  p = builder.cell(2048, 0.5, 0, seed=0)
+  lines = NEEDLE.findall(text(p.tokens))
+  keys = [k for k, _ in lines]
+  assert len(lines) > 20 and keys.count(p.key) == 1 and p.key in ruler.TARGET_KEYS
+  assert set(keys) - {k for k, _, _ in p.distractors} - {p.key} <= set(ruler.HAYSTACK_KEYS)
+  assert not set(ruler.TARGET_KEYS) & set(ruler.HAYSTACK_KEYS)
+  assert dict(lines)[p.key] == p.answer
+  c = tiny_config("unused", "rope")
+  c.eval.suites, c.eval.needle.haystack = "needle", "needles"
+  with pytest.raises(ConfigError, match=r"eval.needle.haystack='needles' .* applies to "
+                                        r"eval.niah_multikey only"):
+    validate(c, 1)

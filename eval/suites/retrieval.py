@@ -76,7 +76,7 @@ class Retrieval(Suite):
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "prompt": needle.prompt_format(suite, config, builder)})
     if needle.uses_noise(config, suite):
-      result["haystack"] = "noise"
+      result["haystack"] = config.eval[suite].haystack  # "noise" or "needles"
     elif suite in needle.HAYSTACK_SUITES:
       result.update({"haystack": "text", "split": config.eval.split,
                      "documents": len(ctx.docs.get(config.eval.split, ()))})
