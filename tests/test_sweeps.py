@@ -1136,3 +1136,16 @@ def test_publish_copies_finished_runs_without_checkpoints(tmp_path, capsys):
   assert publish.main([str(study), str(study / "copy")]) == 2
   assert publish.main([str(tmp_path / "nothing"), str(out)]) == 2
   assert "no such study folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sweeps", "*_cpu.py"))),
+    ids=os.path.basename)
+def test_every_committed_study_plans_and_checks_its_runs(path, tmp_path):
+  """Each CPU study of sweeps/ passes the launcher's checks (every run's and evaluation point's
+  config, commands parsed back), as `--dry-run` would, without training anything."""
+  from sweeps import launch_plan
+  from sweeps.study import load_study
+  study = load_study(path)
+  planned = launch_plan.plan(study, str(tmp_path), num_devices=1, read_state=False)
+  assert planned and len({p.run.name for p in planned}) == len(planned)
