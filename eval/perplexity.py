@@ -60,7 +60,6 @@ from tqdm import tqdm
 from configs.errors import ConfigError, eval_lengths
 from data.corpora import Document
 from data.pipeline import document_ids, document_windows, sliding_document_windows
-from data.position_samplers import RandomizedPositions, resolved_max_position
 from data.tokenizers import ByteTokenizer
 from models import context_parallel
 from models.sharding import BATCH, abstract_batch, batch_sharding, replicated, trace_under_mesh
@@ -298,19 +297,6 @@ def unrepresentable(lengths: Sequence[int], max_position: int | None) -> list[in
   return [] if max_position is None else [L for L in lengths if L > max_position]
 
 
-def randomized_setting(config) -> tuple[int, int, int] | None:
-  """(draws, max_position, seed) of randomized positions at evaluation
-  (`model.position.randomized_positions`, set by eval.extension=randomized_positions), or None:
-  the run's training range, data.position_sampler's max_position (-1 = 4 x train_len), and its
-  seed."""
-  pos = config.model.position
-  if not pos.get("randomized_positions", False):
-    return None
-  sampler = config.data.position_sampler
-  return (int(pos.get("randomized_draws", 4)),
-          resolved_max_position(sampler, config.data.train_len), int(sampler.get("seed", 0)))
-
-
 def skipped_lengths(config, spec) -> tuple[list[int], str]:
   """Configured eval lengths the scheme cannot represent (e.g. `learned` beyond its table),
   and the reason recorded for them in the results.
@@ -320,18 +306,7 @@ def skipped_lengths(config, spec) -> tuple[list[int], str]:
     spec: its models.spec.ModelSpec (max_position, max_position_hint).
   """
   skip = unrepresentable(eval_lengths(config), spec.max_position)
-  reason = unrepresentable_reason(config, spec)
-  randomized = randomized_setting(config)
-  if randomized is not None:  # L distinct positions need L <= max_position
-    beyond = [n for n in eval_lengths(config) if n > randomized[1] and n not in skip]
-    if beyond:
-      skip = sorted(skip + beyond)
-      reason = "; ".join(r for r in (reason if set(skip) - set(beyond) else "",
-                                     f"randomized positions draw L distinct positions from "
-                                     f"[0, {randomized[1]}) (the training range, "
-                                     f"data.position_sampler.max_position), so L <= "
-                                     f"{randomized[1]}") if r)
-  return skip, reason
+  return skip, unrepresentable_reason(config, spec)
 
 
 def unrepresentable_reason(config, spec) -> str:
@@ -456,23 +431,6 @@ def loss_by_position(scores: WindowScores, num_bins: int) -> list[dict]:
   return bins
 
 
-def _randomized_scores(score_fn, params, windows: dict[str, np.ndarray], length: int,
-                       randomized: tuple[int, int, int], *, batch_size: int, mesh) -> WindowScores:
-  """`windows` scored `draws` times with randomized positions (see `ppl_vs_length`): the NLL
-  of each window position averaged over the draws, the token counts of one draw."""
-  draws, max_position, seed = randomized
-  sampler = RandomizedPositions(max_position=max_position, seed=seed)
-  total = None
-  for d in range(draws):
-    rng = sampler.rng(length, d)
-    sampled = np.stack([sampler.positions(row, rng) for row in windows["segment_ids"]])
-    s = score_windows_by_position(score_fn, params, dict(windows, positions=sampled),
-                                  batch_size=batch_size, mesh=mesh)
-    total = s if total is None else WindowScores(total.position_nll + s.position_nll,
-                                                 total.position_tokens)
-  return WindowScores(total.position_nll / draws, total.position_tokens)
-
-
 def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer: ByteTokenizer,
                   lengths: Sequence[int], *, max_tokens_per_length: int, batch_tokens: int,
                   mesh, skip: Sequence[int] = (), skip_reason: str = "",
@@ -480,7 +438,7 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
                   position_bins: int | None = None,
                   memory_check: Callable | None = None,
                   doc_tokens: Sequence[int] | None = None,
-                  randomized: tuple[int, int, int] | None = None) -> list[dict]:
+                  scorer: Callable | None = None) -> list[dict]:
   """Perplexity at each evaluation length (see the module docstring for the protocols).
 
   Follows Press et al. (ALiBi, arXiv 2108.12409, Section 4): non-overlapping or sliding windows
@@ -507,12 +465,9 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
       length with a reason (it does not fit in memory, runs/memory.py `eval_checker`) is
       skipped with that reason. None = no check.
     doc_tokens: `document_lengths(docs, tokenizer)` when the caller has it (else computed).
-    randomized: (draws, max_position, seed) to score every window `draws` times with positions
-      drawn as randomized positional encodings draw them in training (Ruoss et al., arXiv
-      2305.16843, Sec. 3: sorted distinct positions from [0, max_position); the released code
-      samples at test time too), the NLL of each position averaged over the draws; None = the
-      true positions 0..L-1. Draw d of length L uses `RandomizedPositions(max_position,
-      seed).rng(L, d)`, so every scheme and checkpoint sees the same positions.
+    scorer: `(score_fn, params, windows, length, *, batch_size, mesh) -> WindowScores` in place of
+      `score_windows_by_position` (eval/randomized_positions.py: positions drawn as in training,
+      averaged over draws); None = the windows' true positions.
 
   Returns:
     One dict per length: length, stride (tokens; = length for non_overlapping), windows,
@@ -561,9 +516,9 @@ def ppl_vs_length(nll_fn: Callable, params, docs: Sequence[Document], tokenizer:
       continue
     scores = (score_windows_by_position(score_fn, params, windows,
                                         batch_size=batch_tokens // length, mesh=mesh)
-              if randomized is None else
-              _randomized_scores(score_fn, params, windows, length, randomized,
-                                 batch_size=batch_tokens // length, mesh=mesh))
+              if scorer is None else
+              scorer(score_fn, params, windows, length, batch_size=batch_tokens // length,
+                     mesh=mesh))
     count = scores.tokens
     nll = scores.nll_sum / count if count else None
     num_bytes = scored_bytes(windows, tokenizer) if count else 0

@@ -102,9 +102,9 @@ def test_every_accepted_configuration_gives_finite_bounded_factors():
   gain 0 and a column without an eye (M' = 5, P = 4: 0 / 0, the NaN the review found) is refused."""
   from models.positions.fope import MAX_FACTOR
   accepted = refused = 0
-  for head_dim in (8, 16, 32, 64, 128):
-    for train_len in (8, 32, 128, 1024, 8192):
-      for gain in (0.0, 0.3, 1.0, 3.0):
+  for head_dim in (8, 32, 128):
+    for train_len in (8, 128, 8192):  # 1, some, all of the frequencies kept
+      for gain in (0.0, 0.3, 3.0):
         for normalize in ("none", "column_sum"):
           dims = positions.Dims(num_heads=4, head_dim=head_dim, d_model=4 * head_dim,
                                 num_layers=1, train_len=train_len)
@@ -120,7 +120,7 @@ def test_every_accepted_configuration_gives_finite_bounded_factors():
           for x in scheme.cos_sin(pos):
             x = np.asarray(x)
             assert np.isfinite(x).all() and np.abs(x).max() <= MAX_FACTOR + 1e-5
-  assert accepted > 100 and refused > 0
+  assert accepted > 20 and refused > 0
   # The review's NaN: head_dim 16, train_len 1024: M' = 5 kept frequencies, P = 4 pairs, the
   # eyes at rows 0, 2, 4 (step ceil(5/4) = 2), none in column 3.
   dims = positions.Dims(num_heads=2, head_dim=16, d_model=32, num_layers=1, train_len=1024)

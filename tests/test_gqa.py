@@ -89,6 +89,8 @@ def test_off_is_bitwise_the_model_before_these_fields(name, explicit):
   kind, act = name.split("/")
   c = tiny_config("unused", kind)
   c.model.mlp_activation, c.model.tie_embeddings = act, act == "gelu"
+  if kind == "fope":  # FoPE's default changed since to the released code's: the listing's form
+    c.model.position.fope_normalize = "column_sum"
   if explicit:  # every new field at the value that means "as before"
     c.model.num_kv_heads, c.model.qk_norm, c.model.qkv_bias = 4, "none", False
     c.model.norm_eps = 1e-6

@@ -272,7 +272,7 @@ def test_eval_cli_bad_flags_fail_in_one_line(args, message, tmp_path):
      "batch_tokens, common_words, extension, factor, frequent_words, length_multipliers, "
      "max_tokens_per_length, needle, "
      "niah_multikey, niah_multiquery, niah_multivalue, passkey, position_bins, protocol, "
-     "split, stride, suites, variable_tracking, window)"),
+     "split, step, stride, suites, variable_tracking, window)"),
 ])
 def test_eval_cli_bad_field_fails_in_one_line(override, message, tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_COMPILE)

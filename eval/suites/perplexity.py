@@ -24,7 +24,7 @@ import numpy as np
 from configs.errors import ConfigError, eval_lengths
 from data import corpora
 from data.inputs import token_unit
-from eval import perplexity, plots
+from eval import perplexity, plots, randomized_positions
 from eval.suites.base import TEXT, Context, Suite, multiplier, recorded_step, write_result
 from models import extensions
 from runs import memory
@@ -118,15 +118,6 @@ def text_note(result: dict) -> str | None:
           "none")
 
 
-def _randomized_record(config) -> dict:
-  """The randomized-positions setting a result records ({} with the true positions)."""
-  setting = perplexity.randomized_setting(config)
-  if setting is None:
-    return {}
-  draws, max_position, seed = setting
-  return {"randomized_positions": {"draws": draws, "max_position": max_position, "seed": seed}}
-
-
 class Perplexity(Suite):
   """ppl_vs_length + loss_by_position (module docstring)."""
 
@@ -166,7 +157,7 @@ class Perplexity(Suite):
     else:
       perplexity.check_lengths(eval_lengths(config), spec.max_position,
                                config.model.position.kind, spec.max_position_hint)
-    randomized = perplexity.randomized_setting(config)
+    randomized = randomized_positions.setting(config)
     if randomized and spec is not None and spec.max_position is not None and (
         randomized[1] > spec.max_position):
       raise ConfigError(f"eval.extension=randomized_positions draws positions from [0, "
@@ -175,7 +166,8 @@ class Perplexity(Suite):
                         f"{spec.max_position} positions; train with max_position <= "
                         f"{spec.max_position}, or a larger table")
     if spec is not None:
-      skip, reason = perplexity.skipped_lengths(config, spec)
+      skip, reason = randomized_positions.extend_skips(
+          config, *perplexity.skipped_lengths(config, spec))
       if skip:
         warnings.append(f"eval lengths {skip} will be skipped: {reason}")
     return warnings
@@ -188,7 +180,8 @@ class Perplexity(Suite):
     protocol = e.get("protocol", "non_overlapping")  # absent in configs written before the field
     stride = e.get("stride", 0)
     position_bins = e.get("position_bins", 32)
-    skip, reason = perplexity.skipped_lengths(config, ctx.spec)
+    skip, reason = randomized_positions.extend_skips(
+        config, *perplexity.skipped_lengths(config, ctx.spec))
     split_docs = ctx.docs[e.split]
     doc_tokens = perplexity.document_lengths(split_docs, ctx.tokenizer)
     rows = perplexity.ppl_vs_length(
@@ -197,7 +190,9 @@ class Perplexity(Suite):
         batch_tokens=e.batch_tokens, mesh=ctx.mesh, skip=skip, skip_reason=reason,
         protocol=protocol, stride=stride, position_bins=position_bins,
         memory_check=memory.eval_checker(config, ctx.mesh, ctx.params),  # skips what cannot fit
-        doc_tokens=doc_tokens, randomized=perplexity.randomized_setting(config))
+        doc_tokens=doc_tokens,
+        scorer=randomized_positions.scorer(drawn) if (drawn := randomized_positions.setting(
+            config)) else None)
     by_position = []
     for row in rows:
       row["multiplier"] = row["length"] / config.data.train_len
@@ -206,7 +201,7 @@ class Perplexity(Suite):
     common = {
         "protocol": protocol, "stride": stride, "windows_start": "document_start",
         "scheme": config.model.position.kind, **recorded_step(ctx),
-        **_randomized_record(config),
+        **randomized_positions.record(config),
         "config_hash": config_hash(config), **extensions.extension_header(config),
         "train_len": config.data.train_len, "split": e.split, "documents": len(split_docs),
         "max_tokens_per_length": e.max_tokens_per_length,
