@@ -38,6 +38,7 @@ from models.positions.fope import FoPE
 from models.positions.hope import HoPE
 from models.positions.kerple import KerpleLog, KerplePower
 from models.positions.learned import Learned
+from models.positions.lerope import LeRoPE
 from models.positions.none import NoPE
 from models.positions.p_rope import PRoPE
 from models.positions.pope import PoPE
@@ -63,6 +64,7 @@ REGISTRY: dict[str, type[PositionalScheme]] = {
     "xpos": XPos,
     "cope": CoPE,
     "p_rope": PRoPE,
+    "lerope": LeRoPE,
     "hope": HoPE,
     "resonance_rope": ResonanceRoPE,
     "transformer_xl": TransformerXL,
