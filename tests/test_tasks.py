@@ -124,6 +124,35 @@ def _check_lego(x: bytes, answer: bytes, size: int) -> bool:
                                                   for c in clauses)
 
 
+def _check_scan(x: bytes, answer: bytes, size: int) -> bool:
+  """Brute force on the bytes: split at the conjunction (& and, @ after), read each part as
+  primitive [opposite|around] [direction] [twice|thrice] with a pattern, and expand it (an
+  action byte is its primitive's byte upper-cased; turn adds none; < and > turn to [ and ])."""
+  import re
+
+  from data.tasks.scan import MAX_WORDS, OUTPUT_LENGTHS
+
+  def part(p):
+    m = re.fullmatch(rb"([wlrjt])(?:([oa]?)([<>]))?([23]?)", p)
+    prim, mod, turn, rep = m.groups()
+    assert turn or prim != b"t"  # "turn" needs a direction
+    act = b"" if prim == b"t" else prim.upper()
+    turn = {b"<": b"[", b">": b"]"}.get(turn, b"")
+    unit = {b"": turn + act, b"o": 2 * turn + act, b"a": 4 * (turn + act)}[mod or b""]
+    return unit * {b"": 1, b"2": 2, b"3": 3}[rep]
+
+  words = x.lstrip(b".")
+  if b"&" in words:
+    first, second = words.split(b"&")
+    want = part(first) + part(second)
+  elif b"@" in words:
+    first, second = words.split(b"@")
+    want = part(second) + part(first)
+  else:
+    want = part(words)
+  return len(x) == MAX_WORDS and answer == want and len(answer) == OUTPUT_LENGTHS[size - 1]
+
+
 # One brute-force check per registered task: (prompt without "=", answer, size) -> bool.
 CHECKS = {
     "copy": lambda x, a, n: a == x,
@@ -149,6 +178,7 @@ CHECKS = {
                                         else b"0") and a == (b"1" if x[0] == x[-1] else b"0"),
     "modular_arithmetic": lambda x, a, n: a == str(_left_to_right(x) % 5).encode(),
     "lego": _check_lego,
+    "scan": _check_scan,
 }
 
 
@@ -453,3 +483,61 @@ def test_lego_writes_the_chain_shuffled_and_answers_in_clause_order():
     cfg = tiny_config("unused", "alibi").data.task
     cfg.name, cfg.train_max_size, cfg.eval_max_size = "lego", 10, 30
     tasks.check_config(cfg, 400)
+
+
+@pytest.mark.parametrize("command,actions", [  # Lake & Baroni's examples (paper and SCAN README)
+    ("jump", "JUMP"),
+    ("jump left", "LTURN JUMP"),
+    ("jump around right", "RTURN JUMP RTURN JUMP RTURN JUMP RTURN JUMP"),
+    ("turn left twice", "LTURN LTURN"),
+    ("jump thrice", "JUMP JUMP JUMP"),
+    ("jump opposite left and walk thrice", "LTURN LTURN JUMP WALK WALK WALK"),
+    ("jump opposite left after walk around left",
+     "LTURN WALK LTURN WALK LTURN WALK LTURN WALK LTURN LTURN JUMP"),
+    ("turn opposite left", "LTURN LTURN"),
+    ("turn around right", "RTURN RTURN RTURN RTURN"),
+    ("walk opposite right thrice after run opposite right",  # the first line of tasks.txt
+     "RTURN RTURN RUN RTURN RTURN WALK RTURN RTURN WALK RTURN RTURN WALK"),
+    ("look twice and turn right", "LOOK LOOK RTURN"),
+])
+def test_scan_interprets_the_papers_commands(command, actions):
+  from data.tasks import scan
+  assert " ".join(scan.interpret(command)) == actions
+  assert scan.decode_command(scan.encode_command(command)) == command
+
+
+def test_scan_known_bytes_and_refusals():
+  from data.tasks import scan
+  assert scan.encode_command("jump around right") == b"......ja>="
+  assert scan.encode_actions(scan.interpret("jump around right")) == b"]J]J]J]J"
+  assert scan.encode_command("jump opposite left and walk thrice") == b"...jo<&w3="
+  for bad in ("turn", "turn twice", "jump left left", "jump and walk and run", "jump around",
+              "walk twice thrice", "jump after"):
+    with pytest.raises(ValueError, match="not a SCAN command"):
+      scan.interpret(bad)
+
+
+def test_scan_command_space_and_the_length_split():
+  """The grammar generates SCAN's published 20,910 commands; by output length the length split
+  is 16,990 commands of <= 22 actions (train) and 3,920 of 24..48 (test), none of 23."""
+  from data.tasks import scan
+  commands = scan.all_commands()
+  assert len(commands) == len(set(commands)) == 20_910
+  assert max(len(c.split()) for c in commands) == scan.MAX_WORDS == 9
+  by_length = scan.commands_by_length()
+  assert tuple(by_length) == scan.OUTPUT_LENGTHS and 23 not in by_length
+  counts = {n: len(c) for n, c in by_length.items()}
+  assert (counts[1], counts[22], counts[24], counts[48]) == (6, 576, 336, 128)
+  assert sum(v for n, v in counts.items() if n <= 22) == 16_990
+  assert sum(v for n, v in counts.items() if 24 <= n <= 48) == 3_920
+  task = tasks.get_task("scan")
+  assert scan.OUTPUT_LENGTHS[21] == scan.TRAIN_MAX_ACTIONS == 22
+  assert [task.answer_length(n) for n in (22, 23, 33)] == [22, 24, 48]
+  # training draws commands uniformly from the sizes' union: every one of <= 22 actions
+  drawn = task.training_examples(4000, 1, 22, np.random.default_rng(0))
+  assert all(1 <= e.size <= 22 and len(e.answer) == e.size for e in drawn)
+  share_long = np.mean([e.size >= 12 for e in drawn])  # commands, not sizes, are uniform
+  want = sum(v for n, v in counts.items() if 12 <= n <= 22) / 16_990
+  assert abs(share_long - want) < 0.03
+  with pytest.raises(ValueError, match="sizes are 1..33"):
+    task.example(34, np.random.default_rng(0))

@@ -31,6 +31,7 @@ from data.tasks.multiplication import Multiplication
 from data.tasks.parity import Parity
 from data.tasks.polynomial import PolynomialEvaluation
 from data.tasks.reverse import Reverse
+from data.tasks.scan import Scan
 from data.tasks.selective_copy import SelectiveCopy
 from data.tasks.sorting import Sorting
 from data.tasks.summation import Summation
@@ -54,6 +55,7 @@ REGISTRY: dict[str, Task] = {
     "duplicate_string": DuplicateString(),
     "modular_arithmetic": ModularArithmetic(),
     "even_pairs": EvenPairs(),
+    "scan": Scan(),
 }
 
 
