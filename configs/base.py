@@ -46,10 +46,17 @@ def get_config() -> ml_collections.ConfigDict:
                              # 2305.19466); the text corpus only (data/pipeline.py PackedWindows).
   # Training-time position-id transform, for any scheme (evaluation always uses true positions).
   c.data.position_sampler = ml_collections.ConfigDict()
-  c.data.position_sampler.kind = "none"  # "none" | "randomized" (Ruoss et al.) | "pose" (Zhu et al.).
-  c.data.position_sampler.max_position = -1  # randomized/pose: positions drawn below this; -1 = 4 * train_len.
+  c.data.position_sampler.kind = "none"  # "none" | "randomized" (Ruoss et al.) | "pose" (Zhu et al.) | "cream" (Wu et al.) | "endprompt".
+  c.data.position_sampler.max_position = -1  # every kind: positions drawn below this (cream/endprompt: the target length); -1 = 4 * train_len.
   c.data.position_sampler.num_chunks = 2  # pose: chunks of the window, each shifted by a random skip.
   c.data.position_sampler.seed = 0  # seed of the per-example draws (reproducible across resumes).
+  # CREAM (data/cream.py; arXiv 2406.07138): head/tail of k (or n/3) tokens at both ends, a Gaussian-placed middle.
+  c.data.position_sampler.cream_k = -1  # continuity head/tail length k >= 0; -1 = 4 x floor(max_position / n) (released code).
+  c.data.position_sampler.cream_sigma = 3.0  # > 0: std of the Gaussian over X = 2r in [2, 2 x factor] (the middle ends near r n).
+  c.data.position_sampler.cream_truncation = "clip"  # "clip" (released: tails land on the ends) | "renormalize" (a true truncated Gaussian).
+  # EndPrompt (data/endprompt.py; arXiv 2605.14589): the last tokens of each segment moved to the end of the range.
+  c.data.position_sampler.endprompt_length = 20  # c >= 1: tokens of the terminal prompt (released: 20).
+  c.data.position_sampler.endprompt_anchor = "end"  # "end" (last position max_position - 1) | "random" (start uniform in [n-c, max_position-c]).
   # Algorithmic task instead of text (data/tasks/, eval/algorithmic.py; Kazemnejad et al., arXiv
   # 2305.19466; Ruoss et al., arXiv 2305.16843). Rows of data.train_len tokens hold whole examples.
   c.data.task = ml_collections.ConfigDict()

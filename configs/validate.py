@@ -127,8 +127,10 @@ def check_model(config) -> None:
 _TRANSFORM_OF = {"self_extend_": "self_extend", "string_": "string", "lm_infinite_": "lm_infinite",
                  "streaming_llm_": "streaming_llm", "blockwise_": "blockwise", "dca_": "dca"}
 # data.position_sampler fields -> the samplers that read them (data/position_samplers.py).
-_SAMPLER_FIELDS = {"max_position": ("randomized", "pose"), "num_chunks": ("pose",),
-                   "seed": ("randomized", "pose")}
+_SAMPLER_FIELDS = {"max_position": ("randomized", "pose", "cream", "endprompt"),
+                   "num_chunks": ("pose",), "seed": ("randomized", "pose", "cream", "endprompt"),
+                   "cream_k": ("cream",), "cream_sigma": ("cream",), "cream_truncation": ("cream",),
+                   "endprompt_length": ("endprompt",), "endprompt_anchor": ("endprompt",)}
 
 
 def _ignored_position_field(pos, name: str, extension: str) -> bool:

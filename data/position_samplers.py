@@ -58,6 +58,12 @@ pose -- Zhu et al., "PoSE: Efficient Context Window Extension of LLMs via Positi
   * Content. The text stays the window's contiguous tokens; only position ids skip. The released
     code also takes the second chunk's tokens from a random later offset of a longer document. A
     fixed-size packed window has no such text to draw from.
+
+cream -- Wu et al., arXiv 2406.07138 (CREAM): head and tail at the two ends of [0, max_position),
+  the middle placed by a Gaussian around the target's middle. Its own module: data/cream.py.
+
+endprompt -- arXiv 2605.14589 (EndPrompt): the last `endprompt_length` tokens of a segment moved
+  to the end of [0, max_position). Its own module: data/endprompt.py.
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ import numpy as np
 
 from configs.errors import ConfigError
 
-KINDS = ("none", "randomized", "pose")
+KINDS = ("none", "randomized", "pose", "cream", "endprompt")
 
 
 def segment_bounds(segment_ids: np.ndarray) -> list[tuple[int, int]]:
@@ -226,8 +232,34 @@ def resolved_max_position(cfg, train_len: int) -> int:
   return 4 * train_len if cfg.max_position == -1 else int(cfg.max_position)
 
 
+def _check_extension_fields(cfg) -> None:
+  """The cream_* and endprompt_* fields (data/cream.py, data/endprompt.py); absent = default."""
+  from data import cream, endprompt  # their modules import this one
+  k = cfg.get("cream_k", -1)
+  if not (_is_int(k) and (k == -1 or k >= 0)):
+    raise ConfigError(f"data.position_sampler.cream_k must be -1 (= 4 x the factor, the released "
+                      f"code) or an integer >= 0; got {k!r}")
+  sigma = cfg.get("cream_sigma", 3.0)
+  if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < float("inf"):
+    raise ConfigError(f"data.position_sampler.cream_sigma must be a finite number > 0; "
+                      f"got {sigma!r}")
+  truncation = cfg.get("cream_truncation", "clip")
+  if truncation not in cream.TRUNCATIONS:
+    raise ConfigError(f"data.position_sampler.cream_truncation={truncation!r} is not supported; "
+                      f"choose one of {list(cream.TRUNCATIONS)}")
+  length = cfg.get("endprompt_length", 20)
+  if not (_is_int(length) and length >= 1):
+    raise ConfigError(f"data.position_sampler.endprompt_length must be an integer >= 1; "
+                      f"got {length!r}")
+  anchor = cfg.get("endprompt_anchor", "end")
+  if anchor not in endprompt.ANCHORS:
+    raise ConfigError(f"data.position_sampler.endprompt_anchor={anchor!r} is not supported; "
+                      f"choose one of {list(endprompt.ANCHORS)}")
+
+
 def check_config(cfg, train_len: int, model_position=None) -> None:
-  """Validates `data.position_sampler` (kind, max_position, num_chunks, seed).
+  """Validates `data.position_sampler` (kind, max_position, num_chunks, seed, cream_*,
+  endprompt_*).
 
   Args:
     cfg: the `data.position_sampler` ConfigDict.
@@ -249,6 +281,7 @@ def check_config(cfg, train_len: int, model_position=None) -> None:
                       f"got {cfg.num_chunks!r}")
   if not (_is_int(cfg.seed) and cfg.seed >= 0):
     raise ConfigError(f"data.position_sampler.seed must be an integer >= 0; got {cfg.seed!r}")
+  _check_extension_fields(cfg)
   if cfg.kind != "none" and model_position is not None and model_position.get("kind") in (
       "abacus", "bipe_rope", "bipe_alibi"):  # data/position_layouts.py decides their positions
     raise ConfigError(f"data.position_sampler.kind={cfg.kind!r} cannot be combined with "
@@ -274,8 +307,8 @@ def make_sampler(cfg, train_len: int) -> PositionSampler | None:
     train_len: `data.train_len`, tokens.
 
   Returns:
-    None for kind "none"; else a `RandomizedPositions` or `PoSEPositions` for use as
-    `data.pipeline.train_dataset(..., sampler=...)`.
+    None for kind "none"; else a `RandomizedPositions`, `PoSEPositions`, `cream.CREAMPositions`
+    or `endprompt.EndPromptPositions` for use as `data.pipeline.train_dataset(..., sampler=...)`.
 
   Raises:
     ConfigError: as `check_config`.
@@ -287,4 +320,15 @@ def make_sampler(cfg, train_len: int) -> PositionSampler | None:
   if cfg.kind == "pose":
     return PoSEPositions(max_position=max_position, seed=int(cfg.seed),
                          num_chunks=int(cfg.num_chunks))
+  if cfg.kind == "cream":
+    from data import cream
+    return cream.CREAMPositions(max_position=max_position, seed=int(cfg.seed),
+                                k=int(cfg.get("cream_k", -1)),
+                                sigma=float(cfg.get("cream_sigma", 3.0)),
+                                truncation=str(cfg.get("cream_truncation", "clip")))
+  if cfg.kind == "endprompt":
+    from data import endprompt
+    return endprompt.EndPromptPositions(max_position=max_position, seed=int(cfg.seed),
+                                        length=int(cfg.get("endprompt_length", 20)),
+                                        anchor=str(cfg.get("endprompt_anchor", "end")))
   return None

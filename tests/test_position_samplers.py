@@ -202,7 +202,8 @@ def test_make_sampler_builds_each_kind():
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("kind", "random", r"data\.position_sampler\.kind.*\['none', 'randomized', 'pose'\]"),
+    ("kind", "random",
+     r"data\.position_sampler\.kind.*\['none', 'randomized', 'pose', 'cream', 'endprompt'\]"),
     ("max_position", 31, r"data\.position_sampler\.max_position"),
     ("max_position", -2, r"data\.position_sampler\.max_position"),
     ("max_position", 64.0, r"data\.position_sampler\.max_position"),
