@@ -13,7 +13,7 @@ s * L. The child starts from the parent's latest checkpoint (`train.init_from`, 
 warm_start.py) with the parent's model, data and evaluation settings, and these changes, the
 same for every method so that the methods are compared at one budget:
 
-  data.train_len      s * L (PoSE and DroPE: L, see their files);
+  data.train_len      s * L (PoSE, CREAM, EndPrompt and DroPE: L, see their files);
   data.batch_size     the parent's tokens per step kept: parent batch * L / train_len (>= 1);
   train.num_steps     `BUDGET` = 10% of the parent's training tokens (at least 10 steps);
   train.learning_rate the parent's peak / 15: PI (Chen et al., arXiv 2306.15595, Sec. 3.1) and
@@ -168,7 +168,8 @@ def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
   return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
 
 
-RECIPES = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope", "eabf")
+RECIPES = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope", "eabf",
+           "cream", "endprompt")
 
 
 def recipe_of(child: dict, parent: dict | None) -> str:
@@ -180,8 +181,9 @@ def recipe_of(child: dict, parent: dict | None) -> str:
     parent: the parent's, the same way (None when the parent's config.json is not at hand).
 
   Returns:
-    One of RECIPES: "drope" (RoPE removed: kind "none"), "pose" (the position sampler), the
-    child's `rope_scaling` (pi, ntk, yarn, longrope, or another catalogue entry), "eabf" (the
+    One of RECIPES: "drope" (RoPE removed: kind "none"), "pose", "cream" or "endprompt" (the
+    position sampler of that kind), the child's `rope_scaling` (pi, ntk, yarn, longrope, or
+    another catalogue entry), "eabf" (the
     base raised and the attention temperature on), "abf" (the base raised: rope_theta above the
     parent's, or above 10,000 without the parent), else
     "extrapolation" (the positions unchanged).
@@ -189,8 +191,9 @@ def recipe_of(child: dict, parent: dict | None) -> str:
   pos = "model.position."
   if child.get(pos + "kind") == "none":
     return "drope"
-  if child.get("data.position_sampler.kind") == "pose":
-    return "pose"
+  sampler = child.get("data.position_sampler.kind")
+  if sampler in ("pose", "cream", "endprompt"):
+    return sampler
   scaling = child.get(pos + "rope_scaling", "none")
   if scaling not in (None, "none"):
     return str(scaling)

@@ -53,7 +53,7 @@ def test_every_recipe_trains_from_its_parent(parent, tmp_path, name):
   parent_steps_tokens = 6 * 8 * 32
   c = recipe(name)(parent)
   pos, d, t = c.model.position, c.data, c.train
-  long = name not in ("pose", "drope")
+  long = name not in ("pose", "drope", "cream", "endprompt")
   assert d.train_len == (128 if long else 32), name
   assert d.batch_size == (2 if long else 8), name  # the parent's 256 tokens per step
   assert t.init_from == os.path.abspath(parent)
@@ -65,9 +65,10 @@ def test_every_recipe_trains_from_its_parent(parent, tmp_path, name):
   expected = {"extrapolation": ("rope", "none"), "pi": ("rope", "pi"), "ntk": ("rope", "ntk"),
               "yarn": ("rope", "yarn"), "abf": ("rope", "none"), "pose": ("rope", "pi"),
               "longrope": ("rope", "longrope"), "drope": ("none", "none"),
-              "eabf": ("rope", "none")}[name]
+              "eabf": ("rope", "none"), "cream": ("rope", "pi"),
+              "endprompt": ("rope", "pi")}[name]
   assert (pos.kind, pos.rope_scaling) == expected, name
-  if name in ("pi", "ntk", "yarn", "pose", "longrope"):
+  if name in ("pi", "ntk", "yarn", "pose", "longrope", "cream", "endprompt"):
     assert pos.rope_scaling_factor == 4.0
   if name == "yarn":
     assert pos.rope_scaling_train_len == 32 and pos.yarn_ramp == "index"
@@ -77,8 +78,10 @@ def test_every_recipe_trains_from_its_parent(parent, tmp_path, name):
   assert (pos.attention_temperature, pos.attention_temperature_layers,
           pos.attention_temperature_l0) == (
       (True, (2,), 32) if name == "eabf" else (False, (), -1)), name
-  if name == "pose":
-    assert (d.position_sampler.kind, d.position_sampler.max_position) == ("pose", 128)
+  if name in ("pose", "cream", "endprompt"):
+    assert (d.position_sampler.kind, d.position_sampler.max_position) == (name, 128)
+  if name == "endprompt":
+    assert (d.position_sampler.endprompt_length, d.position_sampler.endprompt_anchor) == (20, "end")
   if name == "longrope":
     assert pos.longrope_long_factors[-1] == 4.6 and pos.longrope_keep_first == 2
   # two steps, then the child's config.json names its parent
