@@ -232,6 +232,7 @@ class RoPE(PositionalScheme):
     self.dynamic_yarn = first.dynamic_yarn  # (gamma, m, m_all, fixed factor) or None
     self.string_scale = position_transforms.string_attention_scale(cfg)
     self.search_long_inv_freq = None  # set by set_search_frequencies (a jax array) only
+    self.search_short_inv_freq = None  # the same for the short rows (rows="short")
     self.inv_freq = _frozen(transform(first.inv_freq))
     self.long_inv_freq = _frozen(transform(first.long_inv_freq))
     self.plain_inv_freq = _frozen(_plain(cfg.rope_theta)) if self.keep_first else None
@@ -250,9 +251,10 @@ class RoPE(PositionalScheme):
       if self.keep_first:
         self.layer_plain_inv_freq = tuple(None if b is None else _frozen(_plain(b)) for b in base)
 
-  def set_search_frequencies(self, long_inv_freq) -> None:
+  def set_search_frequencies(self, long_inv_freq, rows: str = "long") -> None:
     """Replaces, on this scheme object, the long-factor frequencies (rows with l > L) of every
-    rotary layer: the LongRoPE factor search (sweeps/longrope_search.py) scores candidates with
+    rotary layer -- or with rows="short" the short-factor ones (rows with l <= L) -- : the
+    LongRoPE factor search (sweeps/longrope_search.py, --factors_for) scores candidates with
     one compiled forward.
 
     Needs a model built with rope_scaling="longrope" (any valid longrope_long_factors, e.g.
@@ -273,9 +275,11 @@ class RoPE(PositionalScheme):
       long_inv_freq: float32 [rot_dim/2] inverse frequencies theta_i / lambda_i (radians per
         position), the same for every rotary layer, or [num_layers, rot_dim/2], one row per layer
         (rows of NoPE layers are unused); may be a traced jax array.
+      rows: "long" (l > L) or "short" (l <= L): which of LongRoPE's two frequency sets to replace.
 
     Raises:
-      ValueError: the model is not LongRoPE, or the shape is neither of the above.
+      ValueError: the model is not LongRoPE, the shape is neither of the above, or `rows` is
+        neither "long" nor "short".
     """
     if not self.long_train_len:
       raise ValueError("set_search_frequencies needs a RoPE built with "
@@ -285,7 +289,10 @@ class RoPE(PositionalScheme):
     if freqs.shape not in ((half,), (self.num_layers, half)):
       raise ValueError(f"long_inv_freq must have shape ({half},) or ({self.num_layers}, {half}); "
                        f"got {freqs.shape}")
-    self.search_long_inv_freq = nnx.data(freqs)  # a data attribute (may be traced)
+    if rows not in ("long", "short"):
+      raise ValueError(f"rows must be 'long' or 'short'; got {rows!r}")
+    # a data attribute (may be traced)
+    setattr(self, f"search_{rows}_inv_freq", nnx.data(freqs))
 
   def _frequencies(self, layer, q_positions, k_positions):
     """This layer's inverse frequencies: None (a NoPE layer), float32 [rot_dim/2], or
@@ -296,6 +303,9 @@ class RoPE(PositionalScheme):
     inv_freq = jnp.asarray(inv, jnp.float32)
     if not (self.dynamic_train_len or self.long_train_len):
       return inv_freq
+    if self.search_short_inv_freq is not None:  # LongRoPE's short-factor search
+      search = self.search_short_inv_freq
+      inv_freq = search if search.ndim == 1 else search[layer]
     length = self._row_length(q_positions, k_positions)
     if self.dynamic_yarn is not None:
       return rope_frequencies.dynamic_yarn_inv_freq(inv_freq, np.asarray(self.dynamic_yarn[0]),
