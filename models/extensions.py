@@ -94,7 +94,10 @@ def _rope_scaling(pos, extension: str, factor: float, window: int, train_len: in
   the value runs made before the field used, `rope_scaling.LEGACY_DEFAULTS`)."""
   del window, train_len
   trained = pos.get("rope_scaling", "none")
-  if trained != "none":
+  # LongRoPE on a LongRoPE-trained run is LongRoPE again with other factors (its short-factor
+  # readjustment and progressive extension, sweeps/longrope_search.py): the factors replace the
+  # trained ones, eval.factor the trained s.
+  if trained != "none" and not trained == extension == "longrope":
     raise ConfigError(f"eval.extension={extension!r} cannot be applied to a run trained with "
                       f"model.position.rope_scaling={trained!r} (the scalings do not stack)")
   if extension in USES_FACTOR and not (is_number(factor) and factor >= 1):
@@ -270,8 +273,13 @@ def check_param_overrides(run_position, position, extensions) -> dict[str, dict]
   trained_with = (run_position.get("rope_scaling", "none") != "none"
                   or run_position.get("position_transform", "none") != "none"
                   or run_position.get("attention_temperature", False) is True)
+  # A LongRoPE-trained run evaluated with eval.extension=longrope takes other LongRoPE factors
+  # (`_rope_scaling`).
+  relongrope = (run_position.get("rope_scaling", "none") == "longrope"
+                and "longrope" in extensions)
   for field in sorted(changed):
-    if field not in readers or trained_with:
+    if field not in readers or (trained_with and not (
+        relongrope and "longrope" in readers[field])):
       allowed = sorted(readers) if not trained_with else []
       raise ConfigError(f"--config.model.position.{field} must stay as trained (the checkpoint's "
                         f"model); eval-time parameters that may change: {allowed}")
