@@ -11,6 +11,13 @@ configs/extension_recipes.py. The factors are read from the search's factors.jso
   python train.py --config=configs/extend_longrope.py:<parent>[,<s>[,<factors.json>]] --workdir=<child>
 
 (default file `<parent>/longrope_search/x<s>/factors.json`, where the search writes it).
+
+Progressive extension (the paper's Sec. 3.3): the parent may itself be a LongRoPE child; its
+search (`--target_len` > its train_len) writes factors relative to the original RoPE and length
+(rope_scaling_factor = target / L0, rope_scaling_train_len = L0, the parent's short factors), and
+this recipe fine-tunes it at s x its train_len with them. Short factors (--factors_for=short) are
+not a recipe: they serve the extended run as it is (eval.run), or a child through
+--config.model.position.longrope_short_factors=(...).
 """
 
 from configs import extension_recipes
@@ -21,7 +28,8 @@ def get_config(arg=None):
   arg, path = arg or "", None
   if arg.endswith(".json") and "," in arg:  # the parent's path may hold commas; the file is last
     arg, _, path = arg.rpartition(",")
-  c, _, s = extension_recipes.child_config(arg or None, "configs/extend_longrope.py")
+  c, _, s = extension_recipes.child_config(arg or None, "configs/extend_longrope.py",
+                                           parent_scalings=("none", "longrope"))
   parent = c.train.init_from
   for name, value in extension_recipes.longrope_factors(parent, s, path).items():
     c.model.position[name] = value

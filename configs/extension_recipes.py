@@ -77,7 +77,8 @@ def parse_arg(arg: str | None, config_file: str) -> tuple[str, float]:
   return parent, s
 
 
-def child_config(arg: str | None, config_file: str, *, target_len: bool = True):
+def child_config(arg: str | None, config_file: str, *, target_len: bool = True,
+                 parent_scalings: tuple[str, ...] = ("none",)):
   """The fine-tuning config of a child of the parent named by `arg` (module docstring).
 
   A Hugging Face parent (`hf:<folder>`, runs/hf_import.py; or a run folder its import command
@@ -88,6 +89,8 @@ def child_config(arg: str | None, config_file: str, *, target_len: bool = True):
     arg: `<parent workdir>[,<s>]` or `hf:<folder>[,<s>]`.
     config_file: the recipe's file, for messages.
     target_len: train at s * L (False: at the parent's L, PoSE and DroPE).
+    parent_scalings: the parent's model.position.rope_scaling values accepted (LongRoPE's
+      progressive extension accepts a LongRoPE-trained parent too).
 
   Returns:
     (config, L, s): the parent's config with the shared changes; the recipe then sets the
@@ -107,9 +110,11 @@ def child_config(arg: str | None, config_file: str, *, target_len: bool = True):
     with open(os.path.join(parent, CONFIG_FILE)) as f:
       hf = bool(json.load(f).get("hf_import"))  # a run folder python -m runs.hf_import wrote
   pos = c.model.position
-  if pos.kind != "rope" or pos.rope_scaling != "none":
+  if pos.kind != "rope" or pos.rope_scaling not in parent_scalings:
+    also = "".join(f" (or trained with rope_scaling={x!r})" for x in parent_scalings
+                   if x != "none")
     raise ConfigError(f"--config={config_file}:{arg}: the parent must be a RoPE run without "
-                      f"RoPE scaling; it has model.position.kind={pos.kind!r}, "
+                      f"RoPE scaling{also}; it has model.position.kind={pos.kind!r}, "
                       f"rope_scaling={pos.rope_scaling!r}")
   length, batch, steps = c.data.train_len, c.data.batch_size, c.train.num_steps
   parent_tokens = length * batch * steps
@@ -162,9 +167,15 @@ def longrope_factors(parent: str, s: float, path: str | None = None) -> dict:
   searched_on = stored.get("parent", {}).get("workdir")
   if searched_on is not None and searched_on != os.path.abspath(parent):
     raise ConfigError(f"{path} was searched on {searched_on}, not on the parent {parent}")
-  if not math.isclose(float(fields.get("rope_scaling_factor", s)), s):
-    raise ConfigError(f"{path} holds factors for s={fields.get('rope_scaling_factor')}, not the "
-                      f"recipe's s={s:g}; give the factor of the search (or search at s={s:g})")
+  if stored.get("factors_for", "long") != "long":
+    raise ConfigError(f"{path} holds short factors (--factors_for=short), which serve the parent "
+                      "as it is (eval.run); give the recipe a long-factor search's factors.json")
+  # The recipe's s: target_len / the parent's train_len ("recipe_factor"; older files: the
+  # rope_scaling_factor, the same for a parent without RoPE scaling).
+  searched = stored.get("recipe_factor") or fields.get("rope_scaling_factor", s)
+  if not math.isclose(float(searched), s):
+    raise ConfigError(f"{path} holds factors for s={float(searched)}, not the recipe's "
+                      f"s={s:g}; give the factor of the search (or search at s={s:g})")
   return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
 
 

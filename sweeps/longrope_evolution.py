@@ -47,6 +47,9 @@ class Settings:
     eval_tokens: scored tokens per candidate (>= target_len: at least one window).
     seed: of the search's random draws.
     attention_factor: LongRoPE's factor on q and k; -1 = sqrt(1 + ln s / ln L).
+    factors_for: "long" (the factors of rows longer than the original length L; a parent trained
+      without RoPE scaling, or progressively one trained with LongRoPE) or "short" (the factors of
+      rows up to L, on a LongRoPE-trained parent: the paper's short-context readjustment).
   """
 
   target_len: int
@@ -58,11 +61,15 @@ class Settings:
   eval_tokens: int = 8192
   seed: int = 0
   attention_factor: float = -1.0
+  factors_for: str = "long"
 
   def fingerprint(self) -> dict:
-    """The settings a state file must share to be continued (all but `generations`)."""
+    """The settings a state file must share to be continued (all but `generations`; factors_for
+    only when "short", so state files made before the field continue)."""
     d = dataclasses.asdict(self)
     d.pop("generations")
+    if d["factors_for"] == "long":
+      d.pop("factors_for")
     d["keep_first_candidates"] = list(self.keep_first_candidates)
     return d
 
@@ -71,17 +78,30 @@ def _int(x) -> bool:
   return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
-def check_settings(settings: Settings, train_len: int) -> None:
+def check_settings(settings: Settings, train_len: int, original_len: int | None = None) -> None:
   """Refuses bad settings before anything is loaded or compiled.
 
+  Args:
+    settings: the search's settings.
+    train_len: the parent's data.train_len.
+    original_len: L, the length up to which the short factors serve (factors_for="short").
+
   Raises:
-    ConfigError: one line naming the flag: target_len not an integer > train_len; population <
+    ConfigError: one line naming the flag: factors_for not "long" or "short"; target_len not an
+      integer > train_len (long), or not in [2, L] (short); population <
       2; parents not in [1, population); generations < 0; mutation_prob not in (0, 1];
       keep_first_candidates empty, not integers in [0, target_len) or repeated; eval_tokens <
       target_len; attention_factor not -1 or > 0; seed not an integer >= 0.
   """
   s = settings
-  if not (_int(s.target_len) and s.target_len > train_len):
+  if s.factors_for not in ("long", "short"):
+    raise ConfigError(f"--factors_for must be 'long' or 'short'; got {s.factors_for!r}")
+  if s.factors_for == "short":
+    if not (_int(s.target_len) and 2 <= s.target_len <= (original_len or 0)):
+      raise ConfigError(f"--target_len must be an integer in [2, {original_len}] with "
+                        f"--factors_for=short (the short factors serve rows up to the original "
+                        f"length L={original_len}); got {s.target_len!r}")
+  elif not (_int(s.target_len) and s.target_len > train_len):
     raise ConfigError(f"--target_len must be an integer > the run's data.train_len={train_len} "
                       f"(LongRoPE extends the context); got {s.target_len!r}")
   if not (_int(s.population) and s.population >= 2):
@@ -131,8 +151,10 @@ class Space:
   keep_first: tuple[int, ...]
 
   @classmethod
-  def make(cls, half: int, s: float, keep_first: Sequence[int]) -> "Space":
-    hi = UPPER * s
+  def make(cls, half: int, s: float, keep_first: Sequence[int],
+           hi: float | None = None) -> "Space":
+    """`hi` = None: UPPER * s (the paper's space)."""
+    hi = UPPER * s if hi is None else float(hi)
     count = int(math.floor((hi - 1.0) / GRID + 1e-9)) + 1
     grid = np.round(1.0 + GRID * np.arange(count), 10)
     return cls(half, hi, grid, tuple(int(k) for k in keep_first))
@@ -144,7 +166,7 @@ class Space:
             and bool(np.all(np.diff(f) >= 0)))
 
 
-def seed_factors(config, s: float) -> dict[str, np.ndarray]:
+def seed_factors(config, s: float, train_len: int | None = None) -> dict[str, np.ndarray]:
   """The rescale factors of the seeded methods: theta_i / theta'_i per RoPE pair.
 
   none: 1 (plain RoPE); pi: s (Chen et al., arXiv 2306.15595: positions m/s = frequencies
@@ -156,6 +178,7 @@ def seed_factors(config, s: float) -> dict[str, np.ndarray]:
   Args:
     config: the parent's experiment config.
     s: target_len / train_len.
+    train_len: YaRN's L (None = data.train_len; a LongRoPE-trained parent's original length).
 
   Returns:
     {name: float64 [rot_dim/2] factors >= 1, non-decreasing}, in `SEEDS` order.
@@ -169,7 +192,7 @@ def seed_factors(config, s: float) -> dict[str, np.ndarray]:
   if d >= 4:
     out["ntk"] = float(s) ** (2.0 * i / (d - 2))
   get = lambda name: pos.get(name, rope_scaling.DEFAULTS[name])  # noqa: E731
-  yarn = rope_frequencies.yarn_inv_freq(d, theta, config.data.train_len, float(s),
+  yarn = rope_frequencies.yarn_inv_freq(d, theta, train_len or config.data.train_len, float(s),
                                         float(get("yarn_alpha")), float(get("yarn_beta")),
                                         get("yarn_ramp"), bool(get("yarn_truncate")))
   out["yarn"] = base / yarn.astype(np.float64)
@@ -253,19 +276,21 @@ def _rank(candidates: list[dict]) -> list[dict]:
 
 
 def _new_children(state: dict, generation: int, count: int, seeds: dict, space: Space,
-                  prob: float, seed: int) -> list[tuple]:
+                  prob: float, seed: int, seed_keep_first: dict | None = None) -> list[tuple]:
   """The `count` children of `generation` as [(factors, n-hat, origin)] (sweeps/longrope_search.py's
   docstring): for generation 0 the seeds and mutations of them; later, mutations then crossovers of
   the best `parents` so far. Draws from default_rng([seed, generation]) only."""
   rng = np.random.default_rng([seed, generation])
   seen = {_key(c["factors"], c["keep_first"]) for c in state["candidates"]}
   out = []
+  keep = seed_keep_first or {}
   if generation == 0:
     for name, f in seeds.items():
-      if len(out) < count and _key(f, 0) not in seen:
-        out.append((f, 0, name))
-        seen.add(_key(f, 0))
-    pool = [(seeds[n], 0, n) for n in seeds if n != "none"] or [(seeds["none"], 0, "none")]
+      if len(out) < count and _key(f, keep.get(name, 0)) not in seen:
+        out.append((f, keep.get(name, 0), name))
+        seen.add(_key(f, keep.get(name, 0)))
+    pool = ([(seeds[n], keep.get(n, 0), n) for n in seeds if n != "none"]
+            or [(seeds["none"], keep.get("none", 0), "none")])
   else:
     ranked = _rank([state["candidates"][i] for i in state["population"]])
     pool = [(np.asarray(c["factors"]), c["keep_first"], c["id"]) for c in ranked[:state["parents"]]]
@@ -287,7 +312,7 @@ def run_generations(state: dict, score: Callable[[np.ndarray, int], tuple[float,
                     settings: Settings, seeds: dict, space: Space, *,
                     stop_after_generation: int | None = None,
                     save: Callable[[dict], None] = lambda state: None,
-                    progress: bool = True) -> dict:
+                    progress: bool = True, seed_keep_first: dict | None = None) -> dict:
   """Runs generations state["generation"] + 1 .. settings.generations (0 first for a new state).
 
   Args:
@@ -300,6 +325,7 @@ def run_generations(state: dict, score: Callable[[np.ndarray, int], tuple[float,
     stop_after_generation: return once this generation is done (None = all).
     save: called with the state after every generation (writes search_state.json).
     progress: show a tqdm bar over the candidates still to score.
+    seed_keep_first: {seed name: its n-hat} (absent: 0), e.g. a LongRoPE parent's own n-hat.
 
   Returns:
     The state.
@@ -313,7 +339,8 @@ def run_generations(state: dict, score: Callable[[np.ndarray, int], tuple[float,
              disable=not progress or jax.process_index() != 0)
   for g in todo:
     count = settings.population if g == 0 else children
-    made = _new_children(state, g, count, seeds, space, settings.mutation_prob, settings.seed)
+    made = _new_children(state, g, count, seeds, space, settings.mutation_prob, settings.seed,
+                         seed_keep_first)
     for factors, n, origin in made:
       nll, ppl = score(factors, n)
       ok = math.isfinite(nll) and math.isfinite(ppl)

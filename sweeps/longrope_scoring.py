@@ -32,7 +32,7 @@ from sweeps.longrope_evolution import Settings
 
 
 def search_config(config, s: float, keep_first: int, attention_factor: float,
-                  factors: Sequence[float] | None = None):
+                  factors: Sequence[float] | None = None, position: dict | None = None):
   """The parent's config as eval-time LongRoPE (`extensions.apply_extension`), factor s.
 
   Args:
@@ -41,25 +41,30 @@ def search_config(config, s: float, keep_first: int, attention_factor: float,
     keep_first: longrope_keep_first (n-hat).
     attention_factor: longrope_attention_factor (-1 = derived).
     factors: longrope_long_factors (None = all s, PI, the placeholder the search replaces).
+    position: the LongRoPE fields to set instead (`longrope_modes.search_position`: progressive
+      and short searches on a LongRoPE-trained parent); then the other arguments but s are unused.
 
   Returns:
     A new, validated ConfigDict with rope_scaling="longrope" and rope_scaling_train_len = the
-    parent's data.train_len.
+    parent's data.train_len (or as `position` says).
   """
   c = ml_collections.ConfigDict(config.to_dict())
   pos = c.model.position
   half = rotary_dim(Dims.from_config(c).head_dim, pos.rotary_fraction) // 2
+  if position is None:
+    position = {"longrope_long_factors": tuple(float(x) for x in (
+                    factors if factors is not None else (s,) * half)),
+                "longrope_short_factors": (), "longrope_keep_first": int(keep_first),
+                "longrope_attention_factor": float(attention_factor),
+                "rope_scaling_train_len": int(config.data.train_len)}
   with pos.unlocked(), pos.ignore_type():
-    pos.longrope_long_factors = tuple(float(x) for x in (factors if factors is not None
-                                                         else (s,) * half))
-    pos.longrope_short_factors = ()
-    pos.longrope_keep_first = int(keep_first)
-    pos.longrope_attention_factor = float(attention_factor)
-    pos.rope_scaling_train_len = int(config.data.train_len)
+    for name, value in position.items():
+      if name != "rope_scaling_factor":
+        pos[name] = tuple(value) if isinstance(value, list) else value
   return extensions.apply_extension(c, "longrope", s)
 
 
-def make_score_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
+def make_score_fn(graphdef: nnx.GraphDef, mesh, rows: str = "long") -> Callable:
   """Compiles `(params, long_inv_freq, batch) -> (NLL sum per position, tokens per position)`.
 
   `eval.perplexity.make_nll_fn` with the long-row inverse frequencies as an argument: the merged
@@ -69,6 +74,7 @@ def make_score_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
   Args:
     graphdef: the LongRoPE Decoder's graph definition.
     mesh: device mesh.
+    rows: which frequencies the argument replaces: "long" (l > L) or "short" (l <= L).
 
   Returns:
     A jitted function of (params, float32 [rot_dim/2] or [num_layers, rot_dim/2], batch as
@@ -76,7 +82,7 @@ def make_score_fn(graphdef: nnx.GraphDef, mesh) -> Callable:
   """
   def nll(params, long_inv_freq, batch):
     model = nnx.merge(graphdef, params)
-    model.position.set_search_frequencies(long_inv_freq)
+    model.position.set_search_frequencies(long_inv_freq, rows=rows)
     logits = model(batch["inputs"], batch["positions"], batch["segment_ids"])
     per_token = perplexity.token_nll(logits.astype(jnp.float32), batch["targets"]) * batch["weights"]
     return per_token.sum(axis=0), batch["weights"].sum(axis=0)
@@ -91,8 +97,13 @@ class Scorer:
   parameters are fixed. `compilations()` reports how often each was compiled.
   """
 
-  def __init__(self, config, settings: Settings, s: float, params, windows, mesh):
+  def __init__(self, config, settings: Settings, s: float, params, windows, mesh,
+               position: Callable[[int], dict] | None = None, rows: str = "long"):
+    """position: n-hat -> the scored model's LongRoPE fields (`longrope_modes.search_position`),
+    None = the parent's config as eval-time LongRoPE at s; rows: "long" or "short", which
+    frequencies the candidates replace."""
     self.config, self.settings, self.s = config, settings, s
+    self.position, self.rows = position, rows
     self.params, self.windows, self.mesh = params, windows, mesh
     pos = config.model.position
     self.rot = rotary_dim(Dims.from_config(config).head_dim, pos.rotary_fraction)
@@ -115,8 +126,10 @@ class Scorer:
 
   def _fn(self, keep_first: int) -> Callable:
     if keep_first not in self.fns:
-      c = search_config(self.config, self.s, keep_first, self.settings.attention_factor)
-      self.fns[keep_first] = make_score_fn(model_spec(c, self.mesh).graphdef, self.mesh)
+      c = search_config(self.config, self.s, keep_first, self.settings.attention_factor,
+                        position=None if self.position is None else self.position(keep_first))
+      self.fns[keep_first] = make_score_fn(model_spec(c, self.mesh).graphdef, self.mesh,
+                                           self.rows)
     return self.fns[keep_first]
 
   def __call__(self, factors, keep_first: int) -> tuple[float, float]:
@@ -137,18 +150,22 @@ class Scorer:
 METHODS = ("none", "pi", "ntk", "yarn")  # eval-time methods scored for comparison
 
 
-def method_scores(config, s: float, scorer: Scorer) -> dict[str, dict | None]:
+def method_scores(config, s: float, scorer: Scorer,
+                  names: Sequence[str] = METHODS) -> dict[str, dict | None]:
   """The eval-time methods themselves (`extensions.apply_extension`, factor s) on the search's
   windows: none = plain RoPE (no attention factor), pi, ntk and yarn with its own attention factor
   0.1 ln s + 1 -- unlike the seeds (`SEEDS`), which share the search's attention factor. One
   compilation each (`perplexity.make_nll_fn`).
+
+  On a LongRoPE-trained parent (progressive and short searches) the one method is the model as
+  trained, `names` = ("none",), reported as "trained".
 
   Returns:
     {name: {"nll": nats per token, "ppl"}, or None where the method does not apply (ntk with
     fewer than 4 rotated features)}.
   """
   out = {}
-  for name in METHODS:
+  for name in names:
     try:
       c = extensions.apply_extension(config, name, s)
     except ConfigError:
@@ -158,7 +175,8 @@ def method_scores(config, s: float, scorer: Scorer) -> dict[str, dict | None]:
     scores = perplexity.score_windows_by_position(fn, scorer.params, scorer.windows,
                                                   batch_size=scorer.batch, mesh=scorer.mesh)
     nll = scores.nll_sum / scores.tokens
-    out[name] = {"nll": nll, "ppl": math.exp(nll) if nll < 700 else None}
+    key = "trained" if config.model.position.get("rope_scaling", "none") != "none" else name
+    out[key] = {"nll": nll, "ppl": math.exp(nll) if nll < 700 else None}
   return out
 
 

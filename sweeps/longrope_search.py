@@ -85,29 +85,17 @@ from models.spec import model_spec
 from runs.checkpoint import restore_params
 from runs import command_line, distributed, startup
 from configs.stored import load_run_config
+from models.positions import Dims
+from models.positions.rope import rotary_dim
 from runs.workdir import config_hash
-from sweeps.longrope_evolution import (GRID, SEEDS, UPPER, Settings, Space, _int, _rank,
-                                       check_settings, load_state, new_state, run_generations,
-                                       seed_factors)
+from sweeps.longrope_evolution import (GRID, Settings, Space, _int, _rank, load_state,
+                                       new_state, run_generations)
+from sweeps.longrope_modes import (Plan, check_parent, make_plan, original_len, plan_seeds,
+                                   result_position, search_position)
 from sweeps.longrope_scoring import (METHODS, Scorer, method_scores, search_config,
                                      search_windows)
 
 STATE_FILE, FACTORS_FILE, FIGURE_FILE = "search_state.json", "factors.json", "factors.png"
-
-
-def check_parent(config, workdir: str) -> None:
-  """Refuses a parent LongRoPE cannot extend.
-
-  Raises:
-    ConfigError: model.position.kind is not "rope", or the run was trained with a RoPE scaling.
-  """
-  pos = config.model.position
-  if pos.kind != "rope":
-    raise ConfigError(f"--workdir={workdir} is a model.position.kind={pos.kind!r} run; the "
-                      "LongRoPE search rescales RoPE frequencies (kind='rope' only)")
-  if pos.get("rope_scaling", "none") != "none":
-    raise ConfigError(f"--workdir={workdir} was trained with model.position.rope_scaling="
-                      f"{pos.rope_scaling!r}; search on a run trained without RoPE scaling")
 
 
 def _stored_hash(workdir: str, config) -> str:
@@ -129,31 +117,29 @@ def _mesh(config, devices):
   return sharding.make_mesh(config.mesh, devices)
 
 
-def result_record(state: dict, settings: Settings, s: float, train_len: int) -> dict:
+def result_record(state: dict, settings: Settings, plan: Plan, seeds: dict) -> dict:
   """The content of factors.json for the state's population (module docstring)."""
   population = _rank([state["candidates"][i] for i in state["population"]])
   best = population[0]
   baselines = {c["origin"]: c["ppl"] for c in state["candidates"]
-               if c["generation"] == 0 and c["origin"] in SEEDS}
+               if c["generation"] == 0 and c["origin"] in seeds}
   return {
-      "model_position": {
-          "rope_scaling": "longrope", "rope_scaling_factor": float(s),
-          "rope_scaling_train_len": int(train_len),
-          "longrope_long_factors": list(best["factors"]), "longrope_short_factors": [],
-          "longrope_keep_first": int(best["keep_first"]),
-          "longrope_attention_factor": float(settings.attention_factor)},
+      "model_position": result_position(plan, settings, best),
+      "factors_for": settings.factors_for, "mode": plan.mode, "recipe_factor": plan.step,
       "parent": state["parent"], "target_len": settings.target_len,
       "val_ppl": best["ppl"], "val_nll": best["nll"], "best_id": best["id"],
-      "baselines": {k: baselines.get(k) for k in SEEDS},
-      "methods": {k: (state["methods"][k] or {}).get("ppl") for k in METHODS
-                  if k in state.get("methods", {})},
+      "baselines": {k: baselines.get(k) for k in seeds},
+      "methods": {k: (v or {}).get("ppl") for k, v in state.get("methods", {}).items()},
       "population": [{k: c[k] for k in ("id", "factors", "keep_first", "nll", "ppl", "origin",
                                          "generation")} for c in population],
       "generations": state["best_per_generation"], "eval": state["windows"],
-      "search": {**dataclasses.asdict(settings), "grid": GRID, "upper": UPPER * s,
+      "search": {**dataclasses.asdict(settings), "grid": GRID, "upper": plan.hi,
                  "scored": len(state["candidates"])},
       "search_s": state["search_s"], "unit": "ppl = exp(nats per token) at target_len",
-      "source": "LongRoPE, Ding et al., arXiv 2402.13753, Sec. 3.2 and Algorithm 1"}
+      "source": "LongRoPE, Ding et al., arXiv 2402.13753, Sec. 3.2 and Algorithm 1"
+                + ("" if plan.mode == "long" else "; Sec. 3.3 (" + (
+                    "short-context readjustment)" if plan.mode == "short"
+                    else "progressive extension)"))}
 
 
 def plot_factors(result: dict, seeds: dict, path: str) -> None:
@@ -161,14 +147,18 @@ def plot_factors(result: dict, seeds: dict, path: str) -> None:
   (right) the best perplexity after each generation vs the baselines. Written atomically."""
   fig, (left, right) = subplots(1, 2, figsize=(11, 4), dpi=120)
   pos = result["model_position"]
-  best = np.asarray(pos["longrope_long_factors"])
+  rows = "short" if result.get("factors_for") == "short" else "long"
+  best = np.asarray(pos[f"longrope_{rows}_factors"])
   pairs = np.arange(len(best))
-  styles = {"pi": ("PI (all s)", "--"), "ntk": ("NTK-aware", ":"), "yarn": ("YaRN", "-.")}
+  styles = {"pi": ("PI (all s)", "--"), "ntk": ("NTK-aware", ":"), "yarn": ("YaRN", "-."),
+            "parent": ("parent's long factors", "-"), "parent_pi": ("parent x L'/L1", "--"),
+            "parent_rescaled": ("parent rescaled to s", ":"), "trained": ("trained short", "-."),
+            "long": ("trained long", "--")}
   for name, (label, style) in styles.items():
     if name in seeds:
       left.plot(pairs, seeds[name], style, color="gray", label=label)
   left.plot(pairs, best, marker="o", color="C0",
-            label=f"searched (n-hat = {pos['longrope_keep_first']})")
+            label=f"searched {rows} (n-hat = {pos['longrope_keep_first']})")
   left.set_xlabel("RoPE feature pair i (0 = highest frequency)")
   left.set_ylabel("rescale factor lambda_i (theta_i / theta'_i)")
   left.set_title(f"s = {pos['rope_scaling_factor']:g}, target {result['target_len']} tokens")
@@ -194,71 +184,116 @@ def plot_factors(result: dict, seeds: dict, path: str) -> None:
   save_png(fig, path)
 
 
-def default_out(workdir: str, s: float) -> str:
-  """`<workdir>/longrope_search/x<s:g>`: where configs/extend_longrope.py looks for factors.json."""
+def default_out(workdir: str, s: float, factors_for: str = "long",
+                target_len: int | None = None) -> str:
+  """`<workdir>/longrope_search/x<s:g>` (s = target_len / the parent's train_len): where
+  configs/extend_longrope.py looks for factors.json; `.../short<target_len>` for short factors."""
+  if factors_for == "short":
+    return os.path.join(workdir, "longrope_search", f"short{target_len}")
   return os.path.join(workdir, "longrope_search", f"x{s:g}")
 
 
-def commands(result: dict, out: str) -> dict[str, str]:
-  """The commands that use a finished search: LongRoPE fine-tuning (configs/extend_longrope.py)
-  and eval-time LongRoPE (`eval.run`, the factors as --config.model.position overrides)."""
+def _tuple(values) -> str:
+  return "(" + ", ".join(repr(float(x)) for x in values) + ")"
+
+
+def commands(result: dict, out: str, train_len: int) -> dict[str, str]:
+  """The commands that use a finished search: LongRoPE fine-tuning (configs/extend_longrope.py;
+  not for short factors, which the paper applies without fine-tuning) and eval-time LongRoPE
+  (`eval.run`, the factors as --config.model.position overrides; on a LongRoPE-trained parent
+  eval.extension=longrope replaces its factors)."""
   workdir, pos = result["parent"]["workdir"], result["model_position"]
   s = pos["rope_scaling_factor"]
-  arg = f"{workdir},{s:g}"
-  if os.path.abspath(out) != os.path.abspath(default_out(workdir, s)):
-    arg += "," + os.path.join(out, FACTORS_FILE)
-  factors = "(" + ", ".join(repr(float(x)) for x in pos["longrope_long_factors"]) + ")"
+  short = result.get("factors_for") == "short"
   evaluate = [f"--workdir={workdir}", "--config.eval.extension=longrope",
-              f"--config.eval.factor={s:g}",
-              f"--config.model.position.longrope_long_factors={factors}",
-              f"--config.model.position.longrope_keep_first={pos['longrope_keep_first']}"]
-  if pos["longrope_attention_factor"] != -1:
-    evaluate.append(f"--config.model.position.longrope_attention_factor="
-                    f"{pos['longrope_attention_factor']:g}")
-  evaluate += [f"--length_multipliers=1,{s:g}",
+              f"--config.eval.factor={s:g}"]
+  if short:
+    evaluate.append(f"--config.model.position.longrope_short_factors="
+                    f"{_tuple(pos['longrope_short_factors'])}")
+  else:
+    evaluate += [f"--config.model.position.longrope_long_factors="
+                 f"{_tuple(pos['longrope_long_factors'])}",
+                 f"--config.model.position.longrope_keep_first={pos['longrope_keep_first']}"]
+    if pos["longrope_attention_factor"] != -1:
+      evaluate.append(f"--config.model.position.longrope_attention_factor="
+                      f"{pos['longrope_attention_factor']:g}")
+  lengths = f"{result['target_len'] / train_len:g}" if short else (
+      f"1,{result['target_len'] / train_len:g}")
+  evaluate += [f"--length_multipliers={lengths}",
                f"--config.eval.max_tokens_per_length={result['eval']['max_tokens_per_length']}"]
-  return {"finetune": "python train.py " + shlex.join(
-              [f"--config=configs/extend_longrope.py:{arg}", f"--workdir={workdir}_longrope_x{s:g}"]),
-          "evaluate": "python -m eval.run " + shlex.join(evaluate)}
+  out_cmds = {"evaluate": "python -m eval.run " + shlex.join(evaluate)}
+  if not short:
+    step = result["recipe_factor"]
+    arg = f"{workdir},{step:g}"
+    if os.path.abspath(out) != os.path.abspath(default_out(workdir, step)):
+      arg += "," + os.path.join(out, FACTORS_FILE)
+    out_cmds["finetune"] = "python train.py " + shlex.join(
+        [f"--config=configs/extend_longrope.py:{arg}", f"--workdir={workdir}_longrope_x{step:g}"])
+  return out_cmds
 
 
-def _prepare(workdir: str, settings: Settings, step: int | None, devices, out: str | None):
-  """Everything checked and loaded before the first compilation: (config, s, out-independent
-  parent record, scorer, windows info). Raises ConfigError (see `search`; an `out`, or default
-  output folder, that cannot be written too)."""
+DEFAULT_KEEP_FIRST = (0, 1, 2, 4, 8, 16, 32)
+
+
+def _prepare(workdir: str, settings: dict, step: int | None, devices, out: str | None):
+  """Everything checked and loaded before the first compilation: (config, settings, plan,
+  out-independent parent record, scorer, windows info). `settings` are `Settings`' fields, with
+  target_len and keep_first_candidates None where not asked for (short: the original length and
+  the parent's n-hat; long: `DEFAULT_KEEP_FIRST`). Raises ConfigError (see `search`; an `out`, or
+  default output folder, that cannot be written too)."""
   config = load_run_config(workdir)
-  check_parent(config, workdir)
-  check_settings(settings, config.data.train_len)
+  check_parent(config, workdir, settings["factors_for"])
+  short = settings["factors_for"] == "short"
+  keep_given = settings["keep_first_candidates"] is not None
+  if not keep_given:
+    keep = (int(config.model.position.get("longrope_keep_first", 0)),) if short else (
+        DEFAULT_KEEP_FIRST)
+    settings = {**settings, "keep_first_candidates": keep}
+  if settings["target_len"] is None:
+    if not short:
+      raise ConfigError(f"--target_len (tokens) is required: {USAGE}")
+    settings = {**settings, "target_len": original_len(config)}
+  settings = Settings(**{**settings, "keep_first_candidates": tuple(
+      settings["keep_first_candidates"])})
+  pos = config.model.position
+  half = rotary_dim(Dims.from_config(config).head_dim, pos.rotary_fraction) // 2
+  plan = make_plan(config, settings, workdir, half, keep_given)
   if step is not None and not (_int(step) and step >= 0):
     raise ConfigError(f"--step must be a checkpoint step >= 0, or -1 for the latest; got {step!r}")
-  s = settings.target_len / config.data.train_len
-  command_line.check_writable(out or default_out(workdir, s), "--out")
+  command_line.check_writable(out or default_out(workdir, plan.step, settings.factors_for,
+                                                 settings.target_len), "--out")
   config = ml_collections.ConfigDict(config.to_dict())
   mesh = _mesh(config, devices)
-  first = search_config(config, s, 0, settings.attention_factor)
+  position = None if plan.mode == "long" else (
+      lambda n: search_position(plan, settings, n, half))
+  first = search_config(config, plan.s, plan.keep_first[0], settings.attention_factor,
+                        position=None if position is None else position(plan.keep_first[0]))
   validate(first, len(devices))
   windows, info = search_windows(config, settings)
   params, step = restore_params(workdir, first, model_spec(first, mesh), step)
   parent = {"workdir": os.path.abspath(workdir), "step": int(step),
             "config_hash": _stored_hash(workdir, config)}
-  return config, s, parent, Scorer(config, settings, s, params, windows, mesh), info
+  scorer = Scorer(config, settings, plan.s, params, windows, mesh, position, plan.rows)
+  return config, settings, plan, parent, scorer, info
 
 
-def search(workdir: str, target_len: int, *, step: int | None = None, population: int = 16,
-           generations: int = 6, parents: int = 4, mutation_prob: float = 0.3,
-           keep_first_candidates: Sequence[int] = (0, 1, 2, 4, 8, 16, 32),
+def search(workdir: str, target_len: int | None, *, step: int | None = None,
+           population: int = 16, generations: int = 6, parents: int = 4,
+           mutation_prob: float = 0.3, keep_first_candidates: Sequence[int] | None = None,
            eval_tokens: int = 8192, seed: int = 0, attention_factor: float = -1.0,
-           out: str | None = None, stop_after_generation: int | None = None,
-           devices=None, progress: bool = True) -> dict:
+           factors_for: str = "long", out: str | None = None,
+           stop_after_generation: int | None = None, devices=None, progress: bool = True) -> dict:
   """Runs (or continues) LongRoPE's factor search on a trained RoPE run (module docstring).
 
   Args:
     workdir: the parent run (config.json and checkpoints/).
-    target_len: L' tokens (> data.train_len); s = target_len / train_len.
+    target_len: L' tokens (> data.train_len); s = target_len / L0 (L0 = train_len for a parent
+      without RoPE scaling). factors_for="short": <= L0 (None = L0).
     step: checkpoint step (None = the latest).
     population, generations, parents, mutation_prob, keep_first_candidates, eval_tokens, seed,
-      attention_factor: see `Settings`.
-    out: output folder (None = `default_out(workdir, s)`).
+      attention_factor, factors_for: see `Settings` (keep_first_candidates None = `DEFAULT_
+      KEEP_FIRST`, or the parent's n-hat for short factors).
+    out: output folder (None = `default_out`).
     stop_after_generation: return once this generation is done and saved (None = run to
       --generations); the same call without it continues.
     devices: the devices to score on (None = all).
@@ -271,21 +306,23 @@ def search(workdir: str, target_len: int, *, step: int | None = None, population
 
   Raises:
     ConfigError: before any compilation: no run or checkpoint at workdir/step, a parent of another
-      kind or trained with a RoPE scaling, a bad setting (`check_settings`), no held-out document
-      of target_len + 1 tokens, or a state file in `out` made with other settings or another
-      parent checkpoint.
+      kind or trained with a RoPE scaling other than LongRoPE, a bad setting or combination
+      (`longrope_modes.make_plan`), no held-out document of target_len + 1 tokens, or a state
+      file in `out` made with other settings or another parent checkpoint.
   """
   start = time.perf_counter()
-  settings = Settings(target_len, population, generations, parents, mutation_prob,
-                      tuple(keep_first_candidates), eval_tokens, seed, attention_factor)
+  asked = dict(target_len=target_len, population=population, generations=generations,
+               parents=parents, mutation_prob=mutation_prob,
+               keep_first_candidates=keep_first_candidates, eval_tokens=eval_tokens, seed=seed,
+               attention_factor=attention_factor, factors_for=factors_for)
   devices = list(jax.devices() if devices is None else devices)
-  config, s, parent, scorer, info = _prepare(workdir, settings, step, devices, out)
-  out = out or default_out(workdir, s)
+  config, settings, plan, parent, scorer, info = _prepare(workdir, asked, step, devices, out)
+  out = out or default_out(workdir, plan.step, settings.factors_for, settings.target_len)
   state_path = os.path.join(out, STATE_FILE)
   state = load_state(state_path, settings, parent) or new_state(settings, parent, info)
   state["parents"] = settings.parents
-  seeds = seed_factors(config, s)
-  space = Space.make(scorer.rot // 2, s, settings.keep_first_candidates)
+  seeds, seed_keep = plan_seeds(config, plan)
+  space = Space.make(scorer.rot // 2, plan.s, plan.keep_first, hi=plan.hi)
   before, clock = state["search_s"], time.perf_counter()
 
   def save(st):
@@ -294,16 +331,19 @@ def search(workdir: str, target_len: int, *, step: int | None = None, population
       write_json(state_path, st)
 
   run_generations(state, scorer, settings, seeds, space,
-                  stop_after_generation=stop_after_generation, save=save, progress=progress)
+                  stop_after_generation=stop_after_generation, save=save, progress=progress,
+                  seed_keep_first=seed_keep)
   complete = state["generation"] >= settings.generations
   if complete and "methods" not in state:
-    state["methods"] = method_scores(config, s, scorer)
+    state["methods"] = method_scores(config, plan.s, scorer,
+                                     METHODS if plan.mode == "long" else ("none",))
     save(state)
-  result = result_record(state, settings, s, config.data.train_len)
+  result = result_record(state, settings, plan, seeds)
   if complete and jax.process_index() == 0:
     write_json(os.path.join(out, FACTORS_FILE), result)
     plot_factors(result, seeds, os.path.join(out, FIGURE_FILE))
-  return {**result, "complete": complete, "out": out, "commands": commands(result, out),
+  return {**result, "complete": complete, "out": out,
+          "commands": commands(result, out, config.data.train_len),
           "compilations": scorer.compilations(), "wall_s": time.perf_counter() - start}
 
 
@@ -322,24 +362,32 @@ def define_flags() -> None:
   flags.DEFINE_integer("generations", 6, "Evolved generations after the seeded one.")
   flags.DEFINE_integer("parents", 4, "Survivors (top-k) per generation.")
   flags.DEFINE_float("mutation_prob", 0.3, "Probability of resampling each factor and n-hat.")
-  flags.DEFINE_list("keep_first_candidates", ["0", "1", "2", "4", "8", "16", "32"],
-                    "LongRoPE's n-hat values to search (positions kept unscaled).")
+  flags.DEFINE_list("keep_first_candidates", None,
+                    "LongRoPE's n-hat values to search (positions kept unscaled); default "
+                    "0,1,2,4,8,16,32 (--factors_for=short: the parent's).")
   flags.DEFINE_integer("eval_tokens", 8192, "Tokens scored per candidate (held-out windows).")
   flags.DEFINE_integer("seed", 0, "Seed of the search's random draws.")
   flags.DEFINE_float("attention_factor", -1.0, "q and k factor; -1 = sqrt(1 + ln s / ln L).")
   flags.DEFINE_integer("stop_after_generation", -1, "Stop once this generation is saved "
                        "(rerun to continue); -1 = run all.")
-  flags.DEFINE_string("out", None, "Output folder; default <workdir>/longrope_search/x<s>.")
+  flags.DEFINE_enum("factors_for", "long", ["long", "short"],
+                    "long: factors for rows > the original length (on a RoPE run, or "
+                    "progressively on a LongRoPE-trained one); short: rows <= it (a "
+                    "LongRoPE-trained run; --target_len <= its original length, default it).")
+  flags.DEFINE_string("out", None, "Output folder; default <workdir>/longrope_search/x<s> "
+                      "(short: .../short<target_len>).")
 
 
 def _report(result: dict) -> None:
   """Prints the outcome: baselines, best, time, files and the commands that use them."""
   unit = f"ppl at {result['target_len']} tokens"
-  print("seeds (the search's attention factor, n-hat 0):")
+  print(f"seeds ({result['mode']} search; the search's attention factor):")
   for name, value in result["baselines"].items():
     if value is not None:
       print(f"  {name:>5}: {unit} {value:.4f}")
-  if result["methods"]:
+  if result["methods"] and result["mode"] != "long":
+    print("the parent as trained:")
+  elif result["methods"]:
     print("eval-time methods as published (no attention factor; yarn's own 0.1 ln s + 1):")
   for name, value in result["methods"].items():
     if value is not None:
@@ -353,7 +401,8 @@ def _report(result: dict) -> None:
           f"command again to continue ({os.path.join(result['out'], STATE_FILE)})")
     return
   print(f"wrote {os.path.join(result['out'], FACTORS_FILE)} and {FIGURE_FILE}")
-  print(f"fine-tune:\n  {result['commands']['finetune']}")
+  if "finetune" in result["commands"]:
+    print(f"fine-tune:\n  {result['commands']['finetune']}")
   print(f"evaluate at eval time:\n  {result['commands']['evaluate']}")
 
 
@@ -366,11 +415,12 @@ def main(argv):
   del argv  # none (runs.command_line.run refuses them)
   distributed.quiet_library_logs()
   startup.prepare()  # CPU pinned where libtpu has no chip; compilation cache (runs/startup.py)
-  if not FLAGS.workdir or FLAGS.target_len is None:
+  if not FLAGS.workdir or (FLAGS.target_len is None and FLAGS.factors_for == "long"):
     raise ConfigError(f"--workdir (a trained RoPE run) and --target_len (tokens) are required: "
                       f"{USAGE}")
   try:
-    keep = [int(k) for k in FLAGS.keep_first_candidates]
+    keep = (None if FLAGS.keep_first_candidates is None
+            else [int(k) for k in FLAGS.keep_first_candidates])
   except ValueError as e:
     raise ConfigError(f"--keep_first_candidates must be integers; got "
                       f"{FLAGS.keep_first_candidates}") from e
@@ -378,6 +428,7 @@ def main(argv):
                   population=FLAGS.population, generations=FLAGS.generations,
                   parents=FLAGS.parents, mutation_prob=FLAGS.mutation_prob,
                   keep_first_candidates=keep, eval_tokens=FLAGS.eval_tokens, seed=FLAGS.seed,
+                  factors_for=FLAGS.factors_for,
                   attention_factor=FLAGS.attention_factor, out=FLAGS.out,
                   stop_after_generation=None if FLAGS.stop_after_generation == -1
                   else FLAGS.stop_after_generation)
