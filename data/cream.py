@@ -27,12 +27,13 @@ context is seen most ("Gaussian middle"). Every segment is strictly increasing a
 the others: e - (m-1) >= h (the middle starts after the head) and e <= s N - h - 1 <= L' - h - 1
 (it ends before the tail), so all positions lie in [0, L').
 
-What we followed. Sec. 3 of the paper states the construction in words (its Fig. 2: head and tail
-of a small length k for continuity, N/3 for relativity, the middle's indices from a truncated
-Gaussian); the numbers above are those of the authors' released code (github.com/bigai-nlco/
-CREAM, src/train.py, function `CREAM`; run with scripts/run_CREAM.sh: 4K -> s x 4K, sigma left at
-its default 3.0, learning rate 2e-5, 10 warmup steps, 1,000 steps). Where they differ or the
-code is specific, this module does what the code does unless noted:
+What we followed. Of the paper we could read the abstract and Fig. 2's caption, not the full
+Sec. 3: head and tail of a small length k for continuity, N/3 for relativity, the middle's indices
+from a truncated Gaussian. The numbers above are those of the authors' released code
+(github.com/bigai-nlco/CREAM, src/train.py, function `CREAM`; run with scripts/run_CREAM.sh:
+4K -> s x 4K, sigma left at its default 3.0, learning rate 2e-5, 10 warmup steps, 1,000 steps).
+Where the code is more specific than that description, this module does what the code does
+unless noted:
 
   * The Gaussian. The code inverts the CDF of the *untruncated* normal on a 1,000-point grid of
     [2, 2s] (`np.interp(u, cdf, x)`): a uniform draw below the grid's first CDF value gives 2,
