@@ -194,6 +194,7 @@ FIELD_RANGES: dict[str, Range] = {
     "model.position.fope_train_len": AUTO_LEN,
     "model.position.fope_init_gain": NONNEG_REAL,
     "model.position.fope_seed": SEED,
+    "model.position.fox_gate_bias_init": Float(-30, 30),  # sigmoid saturates in float32 beyond
     "model.position.abacus_max_offset": COUNT,
     "model.position.abacus_num_embeddings": POSITIVE,
     "model.position.self_extend_group": POSITIVE,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from models import attention_path, context_parallel
+from models import attention_path, context_parallel, token_context
 from models.kernels import flash, partition
 from models.norms import RMSNorm
 from models.position_transforms import PositionTransform, Temperature, attention_temperature_scale
@@ -40,6 +40,7 @@ class KVCache:
     positions: int32 [batch, max_len] position ids of the cached slots (shared by all layers).
     segment_ids: int32 [batch, max_len] document ids of the cached slots.
     index: int32 scalar, the slot of the first token of the current call.
+    context: float32 [batch, max_len, C] token contexts (models/token_context.py) or None.
   """
 
   k: jax.Array
@@ -47,6 +48,11 @@ class KVCache:
   positions: jax.Array
   segment_ids: jax.Array
   index: jax.Array
+  context: jax.Array | None = None
+
+
+# The segment id of a global key (model.sink_token's sink): every query of any document sees it.
+GLOBAL_SEGMENT = -1
 
 
 def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = None,
@@ -57,7 +63,7 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
   Causality is by index: query i sees keys j <= i + offset, where the offset is `q_offset` (the
   slot of the first query in a KV cache of k_len slots) or, by default, k_len - q_len (the
   queries are the last q_len of the k_len positions). With segment ids, only keys of the same
-  document. With `window` > 0 (sliding-window attention, Beltagy et al., arXiv 2004.05150), only
+  document or of GLOBAL_SEGMENT (model.sink_token's sink). With `window` > 0 (sliding-window attention, Beltagy et al., arXiv 2004.05150), only
   the `window` most recent keys, the query's own included.
 
   Args:
@@ -79,7 +85,8 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
     causal &= distance < window
   mask = causal[None, None]
   if q_segment_ids is not None:
-    same = q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :]
+    same = ((q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :])
+            | (k_segment_ids == GLOBAL_SEGMENT)[:, None, None, :])
     mask = mask & same
   return mask
 
@@ -333,7 +340,8 @@ class Attention(nnx.Module):
       wo = self.wo[...].astype(self.dtype)
       return (out.reshape(b * s, -1) @ wo.reshape(-1, d)).reshape(b, s, d)
     # ---- end fused kernel ----
-    rotated = self._rotate(q, k, positions, k_positions, scheme)
+    k_context, cache = token_context.key_context(scheme, x, self.layer, k_segment_ids, cache)
+    rotated = self._rotate(q, k, positions, k_positions, scheme, k_context)
     vh = _heads(repeat_kv(v, self.num_heads))
     out = _concat([self._attend_segment(rotated, vh, scheme, positions, k_positions, segment_ids,
                                         k_segment_ids, *segment, train=train)
@@ -362,7 +370,8 @@ class Attention(nnx.Module):
     """
     s = x.shape[1]
     q, k, _ = self._project(x)
-    rotated = self._rotate(q, k, positions, positions, scheme)
+    k_context, _ = token_context.key_context(scheme, x, self.layer, segment_ids, None)
+    rotated = self._rotate(q, k, positions, positions, scheme, k_context)
     logits, mask = self._logits(rotated, scheme, positions, positions, segment_ids, segment_ids,
                                 0, s, 0, s, 0)
     probs = jax.nn.softmax(jnp.where(mask, logits, jnp.finfo(jnp.float32).min), axis=-1)
@@ -394,9 +403,9 @@ class Attention(nnx.Module):
       k = self.k_norm(k.reshape(b, s, -1)).reshape(k.shape).astype(self.dtype)
     return q, k, v
 
-  def _rotate(self, q, k, positions, k_positions, scheme):
+  def _rotate(self, q, k, positions, k_positions, scheme, k_context=None):
     """[(q, k rotated by the scheme, its branch, the scaled queries and the keys heads-major
-    [batch, heads, len, head_dim])] per branch of the position transform; k arrives with its
+    [batch, heads, len, head_dim], k_context)] per branch of the position transform; k arrives with its
     kv_heads and leaves repeated to the query heads (`repeat_kv`: after `scheme.rotate`, or
     before it for a scheme with `per_head_rotation`),
     queries log-n scaled (model.logn_scaling) and temperature scaled (the eval-time attention
@@ -417,7 +426,7 @@ class Attention(nnx.Module):
                                             c=t.c, l0=t.l0, per=t.per, lengths=lengths)
         qr = qr * scale[:, :, None, None].astype(qr.dtype)
       scale = jnp.asarray(qr.shape[-1] ** -0.5, qr.dtype)  # Vaswani et al., Eq. 1
-      out.append((qr, kr, br, _heads(qr) * scale, _heads(kr)))
+      out.append((qr, kr, br, _heads(qr) * scale, _heads(kr), k_context))
     return out
 
   def _attend_segment(self, rotated, vh, scheme, positions, k_positions, segment_ids,
@@ -517,7 +526,8 @@ class Attention(nnx.Module):
         return jnp.pad(jax.lax.slice_in_dim(x, 0, k_end, axis=axis), widths)
 
       rotated = [(qr, widen(kr), dataclasses.replace(br, k_positions=widen(br.k_positions)), qh,
-                  widen(kh, 2)) for qr, kr, br, qh, kh in rotated]
+                  widen(kh, 2), kc if kc is None else widen(kc))
+                 for qr, kr, br, qh, kh, kc in rotated]
       vh, k_positions, k_segment_ids = widen(vh, 2), widen(k_positions), widen(k_segment_ids)
     b, heads, hd = vh.shape[0], vh.shape[1], vh.shape[3]
     lo = jnp.maximum(slot - self.window + 1, 0) if self.window else 0  # first key seen
@@ -572,11 +582,13 @@ class Attention(nnx.Module):
     if not plain:
       distance = (rows(positions)[:, :, None] - keys(k_positions)[:, None, :])[:, None]
       k_pos = keys(k_positions)[:, None, None, :]
-    for qr, kr, br, qh, kh in rotated:
+    for qr, kr, br, qh, kh, kc in rotated:
       branch_logits = _scores(rows(qh, 2), keys(kh, 2))
       # q and k in [batch, len, heads, head_dim] for contextual schemes (dead code otherwise).
+      context = {} if kc is None else {"k_context": keys(kc), "q_context": token_context.
+                                       query_context(kc, k0 + offset, length)}
       bias = scheme.bias(rows(br.q_positions), keys(br.k_positions), self.layer,
-                         q=rows(qr), k=keys(kr), mask=mask)
+                         q=rows(qr), k=keys(kr), mask=mask, **context)
       if bias is not None:
         branch_logits = branch_logits + bias
       if plain:

@@ -17,7 +17,7 @@ from flax import nnx
 from configs.errors import ConfigError
 from data import position_layouts
 from models import position_transforms, positions
-from models.attention import Attention, KVCache
+from models.attention import GLOBAL_SEGMENT, Attention, KVCache
 from models.norms import RMSNorm
 from models.position_transforms import PositionTransform
 from models.positions import Dims
@@ -201,6 +201,12 @@ class Decoder(nnx.Module):
     self.num_kv_heads, self.head_dim = dims.kv_heads, dims.head_dim
     self.final_norm = RMSNorm(m.d_model, epsilon=eps, param_dtype=m.param_dtype)
     self.tie_embeddings = m.tie_embeddings
+    # model.sink_token (Xiao et al., arXiv 2309.17453, Sec. 3.3): a learned vector before every
+    # window, at position 0 in segment GLOBAL_SEGMENT (seen by every query), never scored.
+    self.sink_token = bool(m.get("sink_token", False))  # configs before the field: none
+    if self.sink_token:
+      self.sink = nnx.Param(nnx.initializers.normal(m.init_std)(
+          rngs.params(), (m.d_model,), m.param_dtype))
     self.remat = m.get("remat", "none")  # configs written before the field: no remat
     if not m.tie_embeddings:
       self.head = nnx.Param(
@@ -244,11 +250,30 @@ class Decoder(nnx.Module):
   def init_cache(self, batch: int, max_len: int) -> list[KVCache]:
     """An empty KV cache: one `KVCache` per layer, max_len slots (tokens), compute dtype, with
     the model's num_kv_heads key/value heads (a grouped-query cache is num_heads / num_kv_heads
-    times smaller than a multi-head one)."""
+    times smaller than a multi-head one). With model.sink_token the cache has max_len + 1 slots
+    and the sink already in slot 0 (index 1): the first cached key, as in `__call__`."""
+    max_len += self.sink_token
     shape = (batch, max_len, self.num_kv_heads, self.head_dim)
     zeros = jnp.zeros(shape, self.dtype)
     ids = jnp.zeros((batch, max_len), jnp.int32)
-    return [KVCache(zeros, zeros, ids, ids, jnp.zeros((), jnp.int32)) for _ in self.blocks]
+    width = self.position.context_width  # a scheme reading the layer input (FoX): C per slot
+    context = jnp.zeros((batch, max_len, width), jnp.float32) if width else None
+    cache = [KVCache(zeros, zeros, ids, ids, jnp.zeros((), jnp.int32), context)
+             for _ in self.blocks]
+    if not self.sink_token:
+      return cache
+    x, positions, segment_ids = self._sink(batch)
+    cache = [c.replace(positions=c.positions.at[:, :1].set(positions),
+                       segment_ids=c.segment_ids.at[:, :1].set(segment_ids)) for c in cache]
+    _, cache = self._blocks(self.position.embed(x, positions), positions, segment_ids, cache)
+    return [c.replace(index=c.index + 1) for c in cache]
+
+  def _sink(self, batch: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The sink token of `batch` rows: its vector [batch, 1, d_model] (compute dtype), position
+    0 and segment GLOBAL_SEGMENT (int32 [batch, 1] each)."""
+    x = jnp.broadcast_to(self.sink[...].astype(self.dtype), (batch, 1, self.sink.shape[0]))
+    return (x, jnp.zeros((batch, 1), jnp.int32),
+            jnp.full((batch, 1), GLOBAL_SEGMENT, jnp.int32))
 
   def decode(self, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array,
              cache: list[KVCache], *, aux_positions: jax.Array | None = None
@@ -300,6 +325,8 @@ class Decoder(nnx.Module):
     Returns:
       [reduce(probs of layer 0), ..., reduce(probs of layer num_layers - 1)].
     """
+    if self.sink_token:
+      raise ValueError("attention statistics are not defined with model.sink_token=True")
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
     embed_positions, positions = self.position_streams(tokens, positions, segment_ids,
                                                        aux_positions)
@@ -312,8 +339,27 @@ class Decoder(nnx.Module):
     return out
 
   def _forward(self, tokens, embed_positions, positions, segment_ids, cache, train=False):
+    """float32 logits [batch, seq, vocab] of `tokens` and the updated cache (a list, empty
+    without one). With model.sink_token and no cache, the sink runs before the tokens (the
+    cache holds it from `init_cache` on) and its output is dropped before the head."""
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
-    x = self.position.embed(x, embed_positions)
+    sink = self.sink_token and cache is None
+    if sink:
+      sink_x, zero, global_segment = self._sink(tokens.shape[0])
+      x = jnp.concatenate([sink_x, x], axis=1)
+      embed_positions, positions = (jnp.concatenate([zero, p], axis=1)
+                                    for p in (embed_positions, positions))
+      segment_ids = jnp.concatenate([global_segment, segment_ids], axis=1)
+    x, new_cache = self._blocks(self.position.embed(x, embed_positions), positions, segment_ids,
+                                cache, train)
+    x = self.final_norm(x[:, 1:] if sink else x).astype(self.dtype)
+    head = self.embedding[...].T if self.tie_embeddings else self.head[...]
+    logits = jnp.dot(x.reshape(-1, x.shape[-1]), head.astype(self.dtype),
+                     preferred_element_type=jnp.float32)
+    return logits.reshape(*tokens.shape, -1), new_cache
+
+  def _blocks(self, x, positions, segment_ids, cache, train=False):
+    """Every block over x [batch, seq, d_model]: (the last block's output, the new cache)."""
     new_cache = []
     run_block = remat_block(self.remat, train)
     for i, block in enumerate(self.blocks):
@@ -322,8 +368,4 @@ class Decoder(nnx.Module):
       else:
         x, layer_cache = block(x, positions, segment_ids, self.position, cache[i])
         new_cache.append(layer_cache)
-    x = self.final_norm(x).astype(self.dtype)
-    head = self.embedding[...].T if self.tie_embeddings else self.head[...]
-    logits = jnp.dot(x.reshape(-1, x.shape[-1]), head.astype(self.dtype),
-                     preferred_element_type=jnp.float32)
-    return logits.reshape(*tokens.shape, -1), new_cache
+    return x, new_cache

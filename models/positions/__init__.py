@@ -35,6 +35,7 @@ from models.positions.cope import CoPE
 from models.positions.dape import DAPE
 from models.positions.fire import FIRE
 from models.positions.fope import FoPE
+from models.positions.fox import FoX
 from models.positions.hope import HoPE
 from models.positions.kerple import KerpleLog, KerplePower
 from models.positions.learned import Learned
@@ -71,6 +72,7 @@ REGISTRY: dict[str, type[PositionalScheme]] = {
     "dape": DAPE,
     "fope": FoPE,
     "pope": PoPE,
+    "fox": FoX,
     "abacus": Abacus,
     "bipe_rope": BiPERoPE,
     "bipe_alibi": BiPEALiBi,

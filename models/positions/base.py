@@ -5,7 +5,9 @@ A scheme may act at up to three places (the target architecture of this project)
   2. `rotate(q, k, q_positions, k_positions, layer)`: on queries and keys (RoPE, xPos, ...);
   3. `bias(q_positions, k_positions, layer, q=, k=, mask=)`: an additive attention-logit bias,
      a function of query and key positions (ALiBi, T5, KERPLE, FIRE, ...) or, for contextual
-     schemes (CoPE), also of the rotated queries/keys and the attention mask.
+     schemes (CoPE), also of the rotated queries/keys and the attention mask; a scheme with a
+     `context_width` (FoX) also gets per-token quantities of the layer input (`token_context`,
+     `sequence_context`) as `bias(..., q_context=, k_context=)`.
 The defaults do nothing, so NoPE is the base class itself. Positions are explicit int32
 `[batch, seq]` arrays: packing restarts them per document, decoding offsets them, eval-time
 extensions transform them.
@@ -140,6 +142,11 @@ class PositionalScheme(nnx.Module):
   # `num_kv_heads` heads, as Llama does, and they are repeated after it. The KV cache holds the
   # unrotated keys with num_kv_heads heads either way (models/attention.py).
   per_head_rotation: bool = False
+  # Width C of the per-token context the scheme reads from each attention layer's input (FoX's
+  # forget gates: C = heads); 0 (every other scheme): `token_context` is never called and `bias`
+  # gets no q_context / k_context. The KV cache keeps each slot's token context (models/
+  # attention.py KVCache.context).
+  context_width: int = 0
 
   @classmethod
   def check_config(cls, cfg, dims: Dims) -> None:
@@ -168,12 +175,36 @@ class PositionalScheme(nnx.Module):
       q: [batch, q_len, heads, head_dim] queries after `rotate` (for contextual schemes).
       k: [batch, k_len, heads, head_dim] keys after `rotate`.
       mask: bool [batch or 1, 1, q_len, k_len], True where attention is allowed.
+      q_context / k_context (keyword arguments passed only to a scheme with `context_width`):
+        float32 [batch, q_len, C] / [batch, k_len, C], `sequence_context` at the queries' and
+        the keys' slots.
 
     Returns:
       float32 [batch, heads, q_len, k_len], or None for no bias. Masked entries may hold
       anything: they are removed after the bias is added.
     """
     return None
+
+  def token_context(self, x: jax.Array, layer: int) -> jax.Array:
+    """Per-token quantities of the attention layer's input, for a scheme with `context_width`.
+
+    Args:
+      x: [batch, seq, d_model] the attention sublayer's input (after the pre-norm), compute
+        dtype; layer: static layer index.
+
+    Returns:
+      float32 [batch, seq, context_width]; cached per slot in cached decoding and gathered over
+      the sequence under context parallelism, like the keys.
+    """
+    raise NotImplementedError(f"{type(self).__name__} declares no context_width")
+
+  def sequence_context(self, token_context: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    """float32 [batch, k_len, C] from the token contexts of every key slot [batch, k_len, C] in
+    sequence order and their segment ids int32 [batch, k_len] (FoX: a cumulative sum per
+    document). `bias` receives its slices: k_context of the keys, q_context of the queries'
+    own slots. Default: the token contexts as they are."""
+    del segment_ids
+    return token_context
 
   # ---- fused-kernel capability (models/kernels; model.attention_impl = "pallas") ----
   def kernel_spec(self, layer: int, q_positions: jax.Array,
