@@ -68,6 +68,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.task.eval_examples_per_size = 100  # held-out examples per size (accuracy and validation loss).
   c.data.task.seed = 0  # seed of the training examples (row i of process p: rng [seed, 0, p, i]).
   c.data.task.eval_seed = 0  # seed of held-out examples: validation [eval_seed, 1, size], eval [.., 2, size].
+  c.data.task.position_coupling = ""  # "" | "addition": Cho et al.'s coupled position ids (addition
+                                      # tasks; data/position_coupling.py), for a one-stream scheme.
+  c.data.task.coupling_max_position = -1  # coupling: training starts keep ids <= this; -1 = eval_max_size + 2.
   # Passkey retrieval (data/passkey.py; Mohtashami & Jaggi, arXiv 2305.16300, as used by PI,
   # arXiv 2306.15595): the prompt format of the eval.passkey grid, and passkey documents mixed
   # into the training split (each one inside one training window) so a small model learns it.

@@ -136,6 +136,7 @@ FIELD_RANGES: dict[str, Range] = {
     "data.task.eval_examples_per_size": POSITIVE,
     "data.task.seed": SEED,
     "data.task.eval_seed": SEED,
+    "data.task.coupling_max_position": AUTO_LEN,
     "data.passkey.fraction": FRACTION_OPEN,
     "data.passkey.seed": SEED,
     "data.passkey.key_digits": Int(1, 18),

@@ -13,7 +13,7 @@ from typing import Any
 from configs import base as base_config
 from configs.errors import ConfigError, choice, eval_lengths, mesh_shape, name_list
 from configs.field_ranges import check_ranges
-from data import corpora, corpus_sources, position_samplers, tasks
+from data import corpora, corpus_sources, position_coupling, position_samplers, tasks
 from data import passkey_training, retrieval_mix, ruler_words
 from data.retrieval_checks import check_retrieval
 from data.tokenizers import get_tokenizer
@@ -67,6 +67,7 @@ def validate(config, num_devices: int) -> None:
   position_samplers.check_config(config.data.position_sampler, config.data.train_len, m.position)
   if config.data.get("task") is not None:  # data.task: the algorithmic task, if any
     tasks.check_config(config.data.task, config.data.train_len)
+    position_coupling.check_config(config)  # data.task.position_coupling (Cho et al.)
   check_retrieval(config)  # data.passkey, eval.passkey, eval.needle (data/retrieval_checks.py, eval/needle.py)
   ruler_words.check_config(config)  # eval.common_words, eval.frequent_words (data/ruler_words.py)
   retrieval_mix.check_mix(config)  # data.retrieval_mix (data/retrieval_mix.py)

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from configs.errors import ConfigError
+from data import position_coupling
 from data.tokenizers import get_tokenizer
 
 DIGITS = "digits"
@@ -224,9 +225,14 @@ def build(name: str, cfg, tokenizer, seed: int = 0) -> PositionLayout | None:
 def from_config(config, name: str) -> PositionLayout | None:
   """`build` for an experiment config: the layout `name` (a scheme's `position_layout`) for the
   run's own tokenizer (`data.tokenizer`), seed 0; None for "". The model derives a scheme's
-  second position stream from the tokens with it (models/decoder.py).
+  second position stream from the tokens with it (models/decoder.py). A run with
+  data.task.position_coupling='addition' gets the coupled layout instead (data/
+  position_coupling.py: its ids are the `positions` of any one-stream scheme; validation refuses
+  coupling with a scheme that has a layout of its own).
 
   Raises:
     ConfigError: as `build`, or for a tokenizer that cannot be loaded (data/tokenizers.py).
   """
+  if position_coupling.kind_of(config):
+    return position_coupling.from_config(config, get_tokenizer(config.data.tokenizer))
   return build(name, config.model.position, get_tokenizer(config.data.tokenizer)) if name else None

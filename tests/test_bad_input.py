@@ -413,6 +413,11 @@ CASES = [
      study_plan("from sweeps.study import Study\nSTUDY = Study(name='lr', config=CONFIG, "
                 "points=lambda: [{'train.learning_rate': 3e-4}, {'train.learning_rate': 7.0}])\n"),
      r"run 'learning_rate=7': train.learning_rate must be a finite number in \(0, 1\]; got 7.0"),
+    ("position coupling on a task that is not addition",
+     train_with(**{"data.task.name": "copy", "data.task.position_coupling": "addition",
+                   "data.task.train_max_size": 4, "data.task.eval_max_size": 8}),
+     r"data.task.position_coupling='addition' needs an addition task, one of "
+     r"\['addition', 'addition_reversed_answer'\]; got data.task.name='copy'"),
     # silent acceptance: fields the run would ignore
     ("RoPE scaling on an ALiBi run",
      train_with(**{"model.position.kind": "alibi", "model.position.rope_scaling": "pi",

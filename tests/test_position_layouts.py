@@ -218,3 +218,144 @@ def test_a_position_sampler_is_refused_with_a_layout_scheme():
   c.data.position_sampler.kind = "randomized"
   with pytest.raises(ConfigError, match="cannot be combined with model.position.kind='bipe_rope'"):
     validate(c, 1)
+
+
+# ---- position coupling (Cho et al., arXiv 2405.20671; data/position_coupling.py)
+
+def coupled(text: bytes, reverse_operands: bool, xp=np):
+  from data import position_coupling
+  tokens = np.concatenate([[TOKENIZER.bos_id], TOKENIZER.encode(text)]).astype(np.int32)[None]
+  ids = position_coupling.coupled_positions(xp.asarray(tokens), xp.asarray(np.ones_like(tokens)),
+                                            ord("+"), reverse_operands)
+  return np.asarray(ids)[0].tolist()
+
+
+def test_coupled_ids_of_hand_written_additions():
+  """57 + 68 = 125 at s = 1, written by hand from the released code's rule (BOS 0; significance
+  10^i -> 1 + n - i; '+' and '=' -> n + 2): the units digits of both operands and of the answer
+  share id 3, the tens id 2, the final carry id 1."""
+  #                                  BOS 7  5  +  8  6  =  5  2  1
+  assert coupled(b"75+86=521", True) == [0, 3, 2, 4, 3, 2, 4, 3, 2, 1]  # our reversed format
+  #                                  BOS 5  7  +  6  8  =  5  2  1
+  assert coupled(b"57+68=521", False) == [0, 2, 3, 4, 2, 3, 4, 3, 2, 1]  # the paper's format
+  #                                 BOS 5  7  +  8  =  5  6  0   57 + 8 = 65, one-digit case below
+  assert coupled(b"57+08=560", False) == [0, 2, 3, 4, 2, 3, 4, 3, 2, 1]
+  assert coupled(b"9+9=81", True) == [0, 2, 3, 2, 3, 2, 1]
+  for text, rev in ((b"75+86=521", True), (b"57+08=560", False), (b"1234+5678=6912", False)):
+    assert coupled(text, rev, jnp) == coupled(text, rev)  # jit path = data path
+  assert coupled(b"75+86=", True) == [0, 3, 2, 4, 3, 2, 4]  # a prompt alone (decoding)
+  assert coupled(b"75+86=5219", True)[-1] == 0  # past the answer: 0
+  assert coupled(b"7586=521", True) == [0] * 9  # no '+': 0
+
+
+def test_coupled_ids_restart_per_document_of_a_packed_row():
+  from data import position_coupling
+  tokens = np.concatenate([[TOKENIZER.bos_id], TOKENIZER.encode(b"75+86=521"), [TOKENIZER.bos_id],
+                           TOKENIZER.encode(b"1+2=30"), [TOKENIZER.pad_id] * 3]).astype(np.int32)
+  seg = np.array([1] * 10 + [2] * 7 + [0] * 3, np.int32)
+  ids = position_coupling.coupled_positions(tokens, seg, ord("+"), True)
+  assert ids.tolist() == [0, 3, 2, 4, 3, 2, 4, 3, 2, 1, 0, 2, 3, 2, 3, 2, 1, 0, 0, 0]
+
+
+def test_coupled_training_starts_cover_their_range_deterministically():
+  """k ~ U{0..max_position - (n + 2)} per example (the released code's start = 1 + k), from the
+  window's own generator: the largest id reaches max_position exactly, never beyond."""
+  from data import position_coupling
+  layout = position_coupling.CoupledAddition(ord("+"), True, max_position=9, seed=3)
+  tokens = np.concatenate([[TOKENIZER.bos_id], TOKENIZER.encode(b"75+86=521")]).astype(np.int32)
+  example = {"inputs": tokens, "positions": np.arange(10, dtype=np.int32),
+             "segment_ids": np.ones(10, np.int32)}
+  base = np.array([0, 3, 2, 4, 3, 2, 4, 3, 2, 1])
+  shifts = set()
+  for index in range(60):
+    out = layout.apply(index, example, stream=1)
+    shift = set((out["positions"] - base)[1:].tolist())
+    assert len(shift) == 1 and out["positions"][0] == 0  # one k per example; BOS stays 0
+    np.testing.assert_array_equal(out["aux_positions"], out["positions"])
+    np.testing.assert_array_equal(layout.apply(index, example, stream=1)["positions"],
+                                  out["positions"])  # a pure function of (seed, stream, index)
+    shifts |= shift
+  assert shifts == set(range(9 - 4 + 1))  # n = 2 needs ids up to 4: k in 0..5
+
+
+def coupled_config(**fields):
+  c = tiny_config("unused", "learned")
+  c.data.task.name = "addition_reversed_answer"
+  c.data.task.position_coupling = "addition"
+  c.data.task.train_max_size = 3
+  c.data.task.eval_max_size = 8
+  c.data.train_len = 16
+  c.model.position.max_len = 16
+  for key, value in fields.items():
+    *parents, leaf = key.split(".")
+    node = c
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return c
+
+
+def test_a_coupled_run_reads_the_ids_in_training_and_evaluation():
+  from configs.validate import validate
+  from data import inputs as data_inputs
+  c = coupled_config()
+  c.data.batch_size = 4
+  validate(c, 1)
+  model = Decoder(c, rngs=nnx.Rngs(0))
+  tokens = jnp.asarray(np.concatenate([[TOKENIZER.bos_id], TOKENIZER.encode(b"57+68=521")])[None],
+                       jnp.int32)
+  embed_pos, attention_pos = model.position_streams(tokens, jnp.arange(10)[None],
+                                                    jnp.ones((1, 10), jnp.int32))
+  assert embed_pos[0].tolist() == attention_pos[0].tolist() == [0, 2, 3, 4, 2, 3, 4, 3, 2, 1]
+  layout = position_layouts.from_config(c, "")  # what models/spec.py gives train.py
+  assert layout == model.layout and layout.max_position == 10  # eval_max_size + 2
+  batch = next(data_inputs.make_inputs(c, {}, TOKENIZER, layout=layout).train)
+  for row in range(4):
+    seg = batch["segment_ids"][row]
+    real = seg > 0
+    base = np.asarray(model.position_streams(jnp.asarray(batch["inputs"][row:row + 1]),
+                                             None, jnp.asarray(seg[None]))[0])[0]
+    k = set((batch["positions"][row] - base)[real & (base > 0)].tolist())
+    n = int(np.flatnonzero(batch["inputs"][row] == ord("+"))[0]) - 1
+    assert len(k) == 1 and 0 <= k.pop() <= 10 - (n + 2)  # max_position = 8 + 2
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"data.task.position_coupling": "multiplication"}, "position_coupling='multiplication' is not"),
+    ({"data.task.name": "copy"}, "needs an addition task"),
+    ({"data.task.coupling_max_position": 9}, "coupling_max_position must be -1 .* >= 10"),
+    ({"data.task.position_coupling": "", "data.task.coupling_max_position": 20},
+     "applies only with data.task.position_coupling='addition'"),
+    ({"model.position.kind": "abacus", "model.position.max_len": -1}, "cannot be combined with"),
+    ({"model.position.kind": "rope", "model.position.max_len": -1,
+      "data.position_sampler.kind": "randomized"}, "set data.position_sampler.kind='none'"),
+    ({"model.position.max_len": 16, "data.task.coupling_max_position": 20},
+     "coupling_max_position=20, beyond the learned table's 16 rows; set model.position.max_len "
+     ">= 21"),
+])
+def test_bad_coupling_fields_are_refused(fields, match):
+  from configs.validate import validate
+  c = coupled_config(**{"model.position.max_len": 32}) if "model.position.max_len" not in fields \
+      else coupled_config()
+  for key, value in fields.items():
+    *parents, leaf = key.split(".")
+    node = c
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  with pytest.raises(ConfigError, match=match):
+    validate(c, 1)
+
+
+def test_coupled_ids_of_a_decoding_buffer_equal_those_of_the_whole_sequence():
+  """Greedy decoding (models/decoding.py) reads the ids of its token buffer, whose tail is still
+  0: from the prompt on, every prefix gives the ids the whole sequence gives."""
+  from data import position_coupling
+  full = np.concatenate([[TOKENIZER.bos_id], TOKENIZER.encode(b"1234+5678=6912")]).astype(np.int32)
+  want = position_coupling.coupled_positions(full, np.ones_like(full), ord("+"), False)
+  for p in range(11, len(full) + 1):  # BOS + "1234+5678=" is 11 tokens
+    buffer = np.zeros(len(full) + 3, np.int32)
+    buffer[:p] = full[:p]
+    got = position_coupling.coupled_positions(jnp.asarray(buffer), jnp.ones_like(buffer),
+                                              ord("+"), False)
+    np.testing.assert_array_equal(np.asarray(got)[:p], want[:p])

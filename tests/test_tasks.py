@@ -48,6 +48,8 @@ class Scripted:
     ("addition", [[7, 5], [8, 6]], b"75+86=", b"521"),  # 57 + 68 = 125
     ("addition", [[9, 9, 9], [1, 0, 0]], b"999+100=", b"0001"),  # 999 + 1 = 1000
     ("addition", [[0, 2, 1], [3, 0, 0]], b"021+300=", b"3210"),  # 120 + 3 = 123, padded to 4
+    ("addition_reversed_answer", [[7, 5], [8, 6]], b"57+68=", b"521"),  # Cho et al.'s format
+    ("addition_reversed_answer", [[7, 5], [8, 0]], b"57+08=", b"560"),  # 57 + 8 = 65, padded
     ("multiplication", [[7, 5], [8, 6]], b"75*86=", b"6783"),  # 57 x 68 = 3876
     ("multiplication", [[1, 0], [0, 1]], b"10*01=", b"0100"),  # 1 x 10 = 0010, reversed
     ("counting", [[1, 0, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0]], b"101100010100=", b"05"),
@@ -161,6 +163,9 @@ CHECKS = {
     "parity": lambda x, a, n: set(x) <= set(b"01") and a == str(x.count(b"1") % 2).encode(),
     "addition": lambda x, a, n: (len(x.split(b"+")[0]) == len(x.split(b"+")[1]) == n and int(
         a[::-1]) == int(x.split(b"+")[0][::-1]) + int(x.split(b"+")[1][::-1])),
+    "addition_reversed_answer": lambda x, a, n: (
+        len(x.split(b"+")[0]) == len(x.split(b"+")[1]) == n and len(a) == n + 1
+        and int(a[::-1]) == int(x.split(b"+")[0]) + int(x.split(b"+")[1])),
     "addition_grid": lambda x, a, n: _check_grid_addition(x, a, n, n, reverse=True),
     "addition_grid_plain": lambda x, a, n: _check_grid_addition(x, a, n, n, reverse=False),
     "multiplication": lambda x, a, n: (len(x.split(b"*")[0]) == len(x.split(b"*")[1]) == n and int(

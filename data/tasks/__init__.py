@@ -40,6 +40,7 @@ REGISTRY: dict[str, Task] = {
     "copy": Copy(),
     "reverse": Reverse(),
     "addition": Addition(),
+    "addition_reversed_answer": Addition(reverse_operands=False),
     "parity": Parity(),
     "sorting": Sorting(),
     "mqar": MQAR(),

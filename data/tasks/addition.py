@@ -7,6 +7,12 @@ Size n = digits per operand. Both operands are uniform in [0, 10^n) and written 
 digits (zero-padded), reversed; the sum is written with exactly n + 1 digits (zero-padded: the
 last digit is the final carry, 0 or 1), reversed. Example (n = 2, 57 + 68 = 125):
 BOS "75+86=" -> "521" EOS. Sequence length 3n + 4 tokens.
+
+`addition_reversed_answer` (Addition(reverse_operands=False)) writes the operands most
+significant digit first and only the sum reversed, the format of Cho et al., "Position
+Coupling" (arXiv 2405.20671; released code's `reverse_output` with zero padding): BOS "57+68="
+-> "521" EOS. Either format takes coupled position ids (data.task.position_coupling,
+data/position_coupling.py).
 """
 
 from __future__ import annotations
@@ -29,11 +35,19 @@ def little_endian(value: int, digits: int) -> bytes:
 
 
 class Addition(Task):
-  """n-digit + n-digit addition, reversed digits: prompt `a+b=` (2n + 2 bytes), answer the
-  reversed (n + 1)-digit sum (n + 1 bytes)."""
+  """n-digit + n-digit addition: prompt `a+b=` (2n + 2 bytes), answer the reversed (n + 1)-digit
+  sum (n + 1 bytes).
 
-  name = "addition"
+  Args:
+    reverse_operands: write the operands least-significant digit first too (registered as
+      `addition`); False: most-significant first (`addition_reversed_answer`).
+  """
+
   size_unit = "digits per operand"
+
+  def __init__(self, reverse_operands: bool = True):
+    self.reverse_operands = bool(reverse_operands)
+    self.name = "addition" if self.reverse_operands else "addition_reversed_answer"
 
   def prompt_length(self, size: int) -> int:
     return 2 * size + 2
@@ -45,5 +59,7 @@ class Addition(Task):
     a_digits, b_digits = symbols(rng, DIGITS, size), symbols(rng, DIGITS, size)  # little-endian
     a = int(a_digits[::-1].tobytes())
     b = int(b_digits[::-1].tobytes())
+    if not self.reverse_operands:
+      a_digits, b_digits = a_digits[::-1], b_digits[::-1]
     prompt = a_digits.tobytes() + b"+" + b_digits.tobytes() + SEPARATOR
     return prompt, little_endian(a + b, size + 1)

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from configs.errors import ConfigError
-from data import tasks
+from data import position_coupling, tasks
 from eval import algorithmic, perplexity
 from eval.suites.base import TASK, Context, Suite, recorded_step, write_result
 from models import extensions
@@ -46,7 +46,8 @@ class Algorithmic(Suite):
     reason = perplexity.unrepresentable_reason(config, spec)
     score_fn = algorithmic.make_score_fn(spec.graphdef, ctx.mesh)
     common = dict(seed=t.eval_seed, tokenizer=ctx.tokenizer, batch_tokens=config.eval.batch_tokens,
-                  mesh=ctx.mesh, max_position=spec.max_position,
+                  mesh=ctx.mesh, max_position=None if position_coupling.kind_of(config)
+                  else spec.max_position,  # coupled ids (<= eval_max_size + 2) fit: validated
                   train_sizes=(t.train_min_size, t.train_max_size))
     grid = None
     if isinstance(task, tasks.GridTask):  # the per-size rows are the grid's diagonal
