@@ -21,11 +21,12 @@ sweeps/longrope_search.py, their search space, seeds and scoring model.
 
 Seeds (generation 0), by mode:
   long         none, pi, ntk, yarn at s (`longrope_evolution.seed_factors`), n-hat 0.
-  progressive  the same four at s = target_len / L0 (YaRN's ramp from L0), n-hat 0; and, with the
-               parent's n-hat: "parent" (lambda^(1) unchanged), "parent_pi" (lambda^(1) times
+  progressive  first, with the parent's n-hat: "parent" (lambda^(1) unchanged), "parent_pi"
+               (lambda^(1) times
                target_len / L1: PI on top of the extended model) and "parent_rescaled" (the
                authors' `rescale` in evolution/search.py of microsoft/LongRoPE, which maps factors
-               found for scale s1 to scale s: 1 + (lambda^(1) - 1)(s - 1)/(s1 - 1); for s1 > 1).
+               found for scale s1 to scale s: 1 + (lambda^(1) - 1)(s - 1)/(s1 - 1); for s1 > 1);
+               then none, pi, ntk, yarn at s = target_len / L0 (YaRN's ramp from L0), n-hat 0.
   short        none (all 1, plain RoPE up to L0), "trained" (the parent's short factors, when set
                and not all 1) and "long" (the parent's long factors), with the parent's n-hat.
 Upper bound of lambda_i: long and progressive 1.25 s (the paper's space); short the largest of the
@@ -188,7 +189,7 @@ def plan_seeds(config, plan: Plan) -> tuple[dict[str, np.ndarray], dict[str, int
             "parent_pi": clip(long * plan.step)}
   if s1 > 1:
     parent["parent_rescaled"] = clip(1.0 + (long - 1.0) * (plan.s - 1.0) / (s1 - 1.0))
-  return {**seeds, **parent}, {k: n for k in parent}
+  return {**parent, **seeds}, {k: n for k in parent}  # the parent's first (population < 7)
 
 
 def search_position(plan: Plan, settings: Settings, keep_first: int, half: int) -> dict:
