@@ -131,6 +131,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.sliding_window = 0  # keys visible per query in windowed layers, tokens; 0 = full attention.
   c.model.global_every = 0  # with sliding_window: every N-th layer keeps full attention; 0 = none.
   c.model.logn_scaling = False  # scale queries by log(n)/log(train_len), n = position + 1.
+  # A learned sink token (Xiao et al., arXiv 2309.17453, Sec. 3.3): one vector before every window
+  # at position 0 (the tokens keep theirs), seen by every query across packed documents, never
+  # scored (logits stay [batch, seq, vocab]); the first cached key in decoding. Not with
+  # sliding_window, attention_impl="pallas", mesh.context > 1 or eval.suites=attention.
+  c.model.sink_token = False
 
   # Positional scheme: one of models.positions.REGISTRY (see the README table for every kind).
   c.model.position = ml_collections.ConfigDict()

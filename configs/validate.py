@@ -93,6 +93,32 @@ def validate(config, num_devices: int) -> None:
         f"data.batch_size={config.data.batch_size} must split into train.grad_accum_steps="
         f"{t.grad_accum_steps} microbatches whose size is divisible by the batch-parallel "
         f"devices mesh.data*mesh.fsdp={data * fsdp}")
+  check_sink_token(config, num_devices)  # model.sink_token and what cannot hold a global key
+
+
+def check_sink_token(config, num_devices: int) -> None:
+  """model.sink_token (models/decoder.py): True or False, and not with a layout that would hide
+  the sink from some queries or has no global key: sliding windows, the fused kernel, context
+  parallelism, the attention-statistics suite.
+
+  Raises:
+    ConfigError: naming model.sink_token and the field it cannot be combined with.
+  """
+  m = config.model
+  sink = m.get("sink_token", False)
+  if not isinstance(sink, bool):
+    raise ConfigError(f"model.sink_token must be True or False; got {sink!r}")
+  if not sink:
+    return
+  clashes = {"model.sliding_window > 0 (the sink would leave the window)": m.sliding_window > 0,
+             "model.attention_impl='pallas' (the kernel has no global key)":
+                 m.attention_impl == "pallas",
+             "mesh.context > 1": mesh_shape(config.mesh, num_devices)[2] > 1,
+             "eval.suites=attention": "attention" in eval_suites(config)}
+  for what, clash in clashes.items():
+    if clash:
+      raise ConfigError(f"model.sink_token=True cannot be combined with {what}; set "
+                        "model.sink_token=False (allowed: True, False) or change that field")
 
 
 def check_model(config) -> None:

@@ -400,6 +400,14 @@ CASES = [
      train_with(**{"model.position.attention_temperature": True,
                    "model.position.attention_temperature_layers": (5,)}),
      r"attention_temperature_layers=\(5,\) names layers beyond model.num_layers=2"),
+    ("FoX gate bias beyond the sigmoid's float32 range",
+     train_with(**{"model.position.kind": "fox", "model.position.fox_gate_bias_init": 100.0}),
+     r"^model.position.fox_gate_bias_init must be a finite number in \[-30, 30\]; got 100.0$"),
+    ("sink token with sliding windows",
+     train_with(**{"model.sink_token": True, "model.sliding_window": 8}),
+     r"^model.sink_token=True cannot be combined with model.sliding_window > 0 \(the sink would "
+     r"leave the window\); set model.sink_token=False \(allowed: True, False\) or change that "
+     r"field$"),
     # values not checked before (configs/field_ranges.py): every number from one table
     ("Adam beta2 of NaN", train_with(**{"train.b2": float("nan")}),
      r"train.b2 must be a finite number in \[0, 1\); got nan"),
