@@ -421,6 +421,7 @@ def _check_positions(config) -> None:
   checks = [
       (m.mlp_activation != "swiglu", f"model.mlp_activation={m.mlp_activation!r}"),
       (m.logn_scaling, "model.logn_scaling=True"),
+      (m.get("sink_token", False), "model.sink_token=True"),
       (pos.get("position_transform", "none") != "none",
        f"model.position.position_transform={pos.get('position_transform')!r}"),
       (pos.get("attention_temperature", False), "model.position.attention_temperature=True"),

@@ -141,3 +141,12 @@ def test_what_cannot_hold_a_global_key_is_refused(fields, clash):
   with pytest.raises(ConfigError, match=r"^model.sink_token=True cannot be combined with "
                      + clash.replace("(", r"\(").replace(")", r"\)")):
     validate(c, 1)
+
+
+def test_hugging_face_export_is_refused():
+  """transformers' Llama family has no sink: exporting would drop it silently."""
+  from runs import hf_llama
+  c = tiny_config("unused", "rope")
+  c.model.mlp_activation, c.model.sink_token = "swiglu", True
+  with pytest.raises(ConfigError, match=r"model.sink_token=True has no transformers equivalent"):
+    hf_llama.export_arch(c)
