@@ -10,6 +10,12 @@ held-out text at the target length L' = s L. The result feeds LongRoPE fine-tuni
   python -m sweeps.longrope_search --workdir=<parent> --target_len=1024
   python train.py --config=configs/extend_longrope.py:<parent>,4 --workdir=<child>
 
+On a parent trained with rope_scaling="longrope" (a LongRoPE child) the same command runs the
+paper's later steps (Sec. 3.3; sweeps/longrope_modes.py): --factors_for=short searches the short
+factors (rows up to the original length L0, scored at --target_len <= L0, default L0), and a
+--target_len beyond its train_len searches new long factors from its own (progressive
+extension; factors relative to the original RoPE and L0, s = target_len / L0).
+
 Search (sweeps/longrope_evolution.py; the names in brackets are the paper's):
   space       lambda_i in [1, 1.25 s] on a grid of `GRID` = 0.01 (the paper's "step size 0.01"
               up to "1.25 x s"), non-decreasing in i ("monotonically non-decreasing
