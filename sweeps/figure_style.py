@@ -108,11 +108,11 @@ def _mean_band(frame, x: str, y: str):
 SCHEME_ORDER = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log", "fire",
                 "xpos", "kerple_power", "sandwich", "cope", "rope_mixed", "p_rope", "hope",
                 "resonance_rope", "transformer_xl", "dape", "fope", "pope", "abacus", "bipe_rope",
-                "bipe_alibi", "fox")
+                "bipe_alibi", "fox", "lerope")
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9")
 PALETTE = OKABE_ITO + ("#8B4513", "#332288", "#999933")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "+", "x", "1",
-           "2", "3", "4", "$\\alpha$", "$\\beta$", "$\\phi$")
+           "2", "3", "4", "$\\alpha$", "$\\beta$", "$\\phi$", "$\\gamma$")
 EXTENSION_COLOURS = ("#7570B3", "#E7298A", "#66A61E", "#1B9E77", "#A6761D")
 _STYLES = [{"color": PALETTE[i % len(PALETTE)],
             "linestyle": ("-", "-.", ":")[i // len(PALETTE) % 3], "marker": MARKERS[i]}
@@ -121,7 +121,8 @@ _STYLES = [{"color": PALETTE[i % len(PALETTE)],
 # Context extension (warm-started children, `method` column): one colour per recipe, the same
 # for the fine-tuned child (solid) and for the method applied to the parent at evaluation only
 # (dashed); the parent black, references from scratch of other schemes grey and dotted.
-METHOD_COLOURS = dict(zip(RECIPES, PALETTE[1:] + PALETTE[:1]))
+# Paul Tol's green and wine after the palette: 11 recipes, no two alike (a test).
+METHOD_COLOURS = dict(zip(RECIPES, PALETTE[1:] + PALETTE[:1] + ("#117733", "#882255")))
 
 
 def scheme_style(scheme: str) -> dict:

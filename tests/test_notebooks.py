@@ -221,6 +221,14 @@ def test_every_registered_scheme_has_its_own_style():
   assert figure_style.scheme_style("my_new_scheme") == figure_style.scheme_style("my_new_scheme")
 
 
+def test_every_recipe_has_its_own_colour():
+  """Each context-extension recipe is drawn in a colour no other recipe has (not the grey of an
+  unknown method)."""
+  from configs.extension_recipes import RECIPES
+  colours = [figure_style.METHOD_COLOURS.get(name) for name in RECIPES]
+  assert None not in colours and len(set(colours)) == len(RECIPES)
+
+
 def test_collect_writes_its_tables_where_out_says(study, tmp_path):
   out = tmp_path / "tables"
   done = forked.run(["-m", "sweeps.collect", study, f"--out={out}"], cwd=REPO, timeout=300)

@@ -199,7 +199,7 @@ ADDED_POSITION = {
     "txl_untie_r": False, "dape_base": "alibi", "dape_mlp_width": 32,
     "fope_train_len": -1, "fope_init_gain": 0.3, "fope_seed": 0, "fope_normalize": "none",
     "pope_bias_init": "zeros",
-    "fox_gate_bias_init": 0.0,
+    "fox_gate_bias_init": 0.0, "lerope_per_head": True, "lerope_log_space": True,
     "abacus_max_offset": 99, "abacus_num_embeddings": 256, "bipe_separators": ".\n",
     "bipe_alibi_slope_scale": 96.0,
     "streaming_llm_sinks": 4, "streaming_llm_window": -1,
@@ -230,7 +230,8 @@ def test_the_relative_schemes():
   from models import extensions
   assert set(extensions.relative_kinds()) == {"rope", "xpos", "alibi", "t5", "kerple_log",
                                               "kerple_power", "fire", "sandwich", "p_rope", "hope",
-                                              "resonance_rope", "transformer_xl", "dape", "fope", "pope"}
+                                              "resonance_rope", "transformer_xl", "dape", "fope", "pope",
+                                              "lerope"}
 
 
 def test_a_shared_field_with_two_defaults_is_refused(monkeypatch):
