@@ -63,8 +63,9 @@ def attention_mask(q_len: int, k_len: int, q_segment_ids: jax.Array | None = Non
   Causality is by index: query i sees keys j <= i + offset, where the offset is `q_offset` (the
   slot of the first query in a KV cache of k_len slots) or, by default, k_len - q_len (the
   queries are the last q_len of the k_len positions). With segment ids, only keys of the same
-  document or of GLOBAL_SEGMENT (model.sink_token's sink). With `window` > 0 (sliding-window attention, Beltagy et al., arXiv 2004.05150), only
-  the `window` most recent keys, the query's own included.
+  document or of GLOBAL_SEGMENT (model.sink_token's sink). With `window` > 0 (sliding-window
+  attention, Beltagy et al., arXiv 2004.05150), only the `window` most recent keys, the query's
+  own included.
 
   Args:
     q_len, k_len: lengths, tokens.
