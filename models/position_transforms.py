@@ -100,7 +100,8 @@ L and grows with n = position + 1 beyond (`attention_temperature_scale`). Forms
                (-1 = L): the form the temperature-scaling literature states with its own constants
                (SWAN-GPT, arXiv 2504.08719, and DroPE, Gelberg et al., arXiv 2512.12167, scale
                the logits by a log of the length ratio beyond the training context; their
-               constants are set here, not assumed).
+               constants are set here, not assumed: DroPE's App. C.2 fits 1 + c ln(C_test /
+               C_train), one value per sequence, c = 0.412 or 0.103, configs/extend_drope.py).
 
 Every form takes n per query (n = position + 1, `attention_temperature_per` = "query", the
 default) or one value per sequence ("sequence": n = the row's length, 1 + its largest position, so

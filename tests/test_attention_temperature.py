@@ -180,3 +180,18 @@ def test_the_log_form_with_explicit_constants_per_query_and_per_sequence():
     bad[field] = value
     with pytest.raises(ConfigError, match=f"model.position.{field} must be .*{match}"):
       position_transforms.check_config(bad, 32)
+
+
+def test_the_drope_recipe_constants_by_hand():
+  """DroPE's beta* = 1 + c ln(s), s = C_test / C_train (arXiv 2512.12167, App. C.2), as the
+  recipe sets it (configs/extend_drope.py): c = 0.412, one value per sequence, L0 = L = 32. A row
+  of 128 tokens: 1 + 0.412 ln 4 = 1.5711533 for every query; a row of 32 (s = 1): exactly 1."""
+  from configs import extend_drope
+  assert (extend_drope.C_FROM_SCRATCH, extend_drope.C_SMOLLM) == (0.412, 0.103)
+  long = jnp.arange(128, dtype=jnp.int32)[None]
+  got = np.asarray(position_transforms.attention_temperature_scale(
+      long, 32, "log", c=extend_drope.C_FROM_SCRATCH, l0=32, per="sequence"))
+  np.testing.assert_allclose(got, np.full((1, 128), 1.5711533), rtol=1e-6)
+  short = np.asarray(position_transforms.attention_temperature_scale(
+      long[:, :32], 32, "log", c=extend_drope.C_FROM_SCRATCH, l0=32, per="sequence"))
+  assert (short == 1).all()

@@ -75,9 +75,13 @@ def test_every_recipe_trains_from_its_parent(parent, tmp_path, name):
   if name in ("abf", "eabf"):
     assert pos.rope_theta == 500000.0
   # EABF (arXiv 2401.07004): log_L n on every layer but the first two, L = the parent's 32.
+  # DroPE (arXiv 2512.12167, App. C.2): every layer, beta = 1 + 0.412 ln(n / L) per sequence.
   assert (pos.attention_temperature, pos.attention_temperature_layers,
-          pos.attention_temperature_l0) == (
-      (True, (2,), 32) if name == "eabf" else (False, (), -1)), name
+          pos.attention_temperature_l0) == {"eabf": (True, (2,), 32), "drope": (True, (), 32)}.get(
+              name, (False, (), -1)), name
+  if name == "drope":
+    assert (pos.attention_temperature_form, pos.attention_temperature_c,
+            pos.attention_temperature_per) == ("log", 0.412, "sequence")
   if name in ("pose", "cream", "endprompt"):
     assert (d.position_sampler.kind, d.position_sampler.max_position) == (name, 128)
   if name == "endprompt":
