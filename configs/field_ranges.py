@@ -165,6 +165,7 @@ FIELD_RANGES: dict[str, Range] = {
     "model.position.nope_every": COUNT,
     "model.position.rope_theta_per_layer": Float(1, low_open=True, each=True),
     "model.position.rope_heads": Int(0, also=((-1, "every head"),)),
+    "model.position.rope_position_period": Int(0),  # tokens; 0 = plain positions
     "model.position.rope_scaling_factor": Float(1),
     "model.position.rope_scaling_train_len": AUTO_LEN,
     "model.position.dynamic_ntk_alpha": Float(1),

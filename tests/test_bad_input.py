@@ -403,6 +403,11 @@ CASES = [
     ("FoX gate bias beyond the sigmoid's float32 range",
      train_with(**{"model.position.kind": "fox", "model.position.fox_gate_bias_init": 100.0}),
      r"^model.position.fox_gate_bias_init must be a finite number in \[-30, 30\]; got 100.0$"),
+    ("periodic RoPE with a RoPE scaling",
+     train_with(**{"model.position.kind": "rope", "model.position.rope_position_period": 16,
+                   "model.position.rope_scaling": "pi",
+                   "model.position.rope_scaling_factor": 2.0}),
+     r"^model.position.rope_position_period=16 needs rope_scaling='none'"),
     ("sink token with sliding windows",
      train_with(**{"model.sink_token": True, "model.sliding_window": 8}),
      r"^model.sink_token=True cannot be combined with model.sliding_window > 0 \(the sink would "

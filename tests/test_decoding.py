@@ -137,6 +137,16 @@ def test_cached_decoding_with_sliding_window_and_alibi_transform():
   check_cached_equals_full(c)
 
 
+def test_cached_decoding_with_periodic_rope_in_window_layers():
+  """MiniWin's layout (configs/miniwin_tiny.py) at a small size: window and period 5 on layer 0,
+  layer 1 global NoPE; 20 tokens cross the period's wrap three times."""
+  c = tiny_config("unused", "rope")
+  c.data.train_len = 8
+  c.model.sliding_window, c.model.global_every = 5, 2
+  c.model.position.nope_every, c.model.position.rope_position_period = 2, 5
+  check_cached_equals_full(c)
+
+
 def test_decoding_without_the_second_stream_is_refused():
   model = Decoder(tiny_config("unused", "abacus"), rngs=nnx.Rngs(0))
   tokens = jnp.ones((1, 4), jnp.int32)

@@ -200,6 +200,7 @@ ADDED_POSITION = {
     "fope_train_len": -1, "fope_init_gain": 0.3, "fope_seed": 0, "fope_normalize": "none",
     "pope_bias_init": "zeros",
     "fox_gate_bias_init": 0.0, "lerope_per_head": True, "lerope_log_space": True,
+    "rope_position_period": 0,
     "abacus_max_offset": 99, "abacus_num_embeddings": 256, "bipe_separators": ".\n",
     "bipe_alibi_slope_scale": 96.0,
     "streaming_llm_sinks": 4, "streaming_llm_window": -1,

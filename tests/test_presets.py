@@ -70,3 +70,49 @@ def test_the_swan_gpt_preset_puts_global_attention_on_the_nope_layers():
   ev = extensions.apply_extension(c, "attention_temperature")
   model = Decoder(ev, rngs=nnx.Rngs(0))
   assert [b.attention.temperature.form for b in model.blocks] == ["", "", "", "logn"]
+
+
+def test_the_miniwin_preset_rotates_its_window_layers_by_position_mod_the_window():
+  """configs/miniwin_tiny.py: layers 0-2 a 64-token window with RoPE at position mod 64, layer 3
+  global NoPE; a query at 70 is rotated as one at 6 (70 mod 64)."""
+  import importlib.util
+
+  import jax.numpy as jnp
+  import numpy as np
+
+  from models.decoder import layer_window
+  from models.positions.rope import RoPE, apply_rope, is_nope_layer, rope_inv_freq
+  from models.positions import Dims
+  spec = importlib.util.spec_from_file_location("miniwin", os.path.join(ROOT, "configs",
+                                                                         "miniwin_tiny.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config()
+  validate(c, 1)
+  assert [layer_window(c.model, i) for i in range(4)] == [64, 64, 64, 0]
+  assert [is_nope_layer(i, c.model.position.nope_every) for i in range(4)] == [False] * 3 + [True]
+  dims = Dims.from_config(c)
+  scheme = RoPE(c.model.position, dims, rngs=nnx.Rngs(0))
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 3, dims.num_heads, dims.head_dim)),
+                  jnp.float32)
+  pos = jnp.asarray([[70, 63, 200]], jnp.int32)
+  q, _ = scheme.rotate(x, x, pos, pos, 0)
+  want = apply_rope(x, jnp.asarray([[6, 63, 8]], jnp.int32),
+                    jnp.asarray(rope_inv_freq(dims.head_dim, 1e6)))
+  np.testing.assert_allclose(q, want, atol=1e-5)
+  assert isinstance(scheme.kernel_spec(0, pos, pos), str)  # no fused-kernel form: XLA
+
+
+def test_a_rope_position_period_with_a_rope_scaling_is_refused():
+  from conftest import tiny_config
+  c = tiny_config("unused", "rope")
+  c.model.position.rope_position_period = 64
+  c.model.position.rope_scaling = "pi"
+  c.model.position.rope_scaling_factor = 2.0
+  with pytest.raises(ConfigError, match="model.position.rope_position_period=64 needs "
+                                        "rope_scaling='none'"):
+    validate(c, 1)
+  c = tiny_config("unused", "rope")
+  c.model.position.rope_position_period = -1
+  with pytest.raises(ConfigError, match="model.position.rope_position_period"):
+    validate(c, 1)

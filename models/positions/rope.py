@@ -34,6 +34,13 @@ under packing), the same with or without chunking, and q and k of a row share th
 row's result does not depend on the other rows of its batch. (Under KV-cache decoding the keys are
 re-rotated every step with the current l; see models/attention.py.)
 
+Periodic RoPE (`rope_position_period` P > 0; MiniWin, Huo, "Periodic RoPE for Infinite Context
+LLMs", arXiv 2605.27980, and its released model/model_miniwin.py): every rotary layer rotates by
+position mod P, in prefill and in cached decoding alike (the released code's `arange(seq) % W` and
+`start_pos % W`). With P = the sliding window of the rotary layers (configs/miniwin_tiny.py) no
+rotary layer sees a rotation it did not see in training; a key across the wrap point is rotated
+by the offset i - j - P, not i - j, as in the released code. Needs `rope_scaling="none"`.
+
 STRING's attention factor (`model.position.string_attention_factor`, with
 `position_transform="string"`; models/position_transforms.py): q and k times the factor, as the
 STRING authors' Llama code multiplies cos and sin by 0.1 ln 2 + 1.
@@ -146,6 +153,7 @@ class RoPE(PositionalScheme):
       "nope_every": (0, "layers N-1, 2N-1, ... use no rotation; 0 = none."),
       "rope_theta_per_layer": ((), "one rope_theta per layer; () = rope_theta everywhere."),
       "rope_heads": (-1, "RoPE on the first N heads only, the rest NoPE; -1 = every head."),
+      "rope_position_period": (0, "rotate by position mod P (MiniWin's periodic RoPE); 0 = off."),
       **rope_scaling.CONFIG_FIELDS,  # rope_scaling and its parameters (models/rope_scaling.py)
   }
 
@@ -181,6 +189,10 @@ class RoPE(PositionalScheme):
       raise ConfigError(f"model.position.rope_heads must be -1 (every head) or a head count in "
                         f"0..model.num_heads={dims.num_heads}; got {heads!r}")
     rope_scaling.check_config(cfg, rotary_dim(dims.head_dim, cfg.rotary_fraction))
+    if cfg.get("rope_position_period", 0) and cfg.get("rope_scaling", "none") != "none":
+      raise ConfigError(f"model.position.rope_position_period={cfg.rope_position_period} needs "
+                        f"rope_scaling='none' (a period and a rescaling of the positions do not "
+                        f"compose); got rope_scaling={cfg.rope_scaling!r}")
 
   @classmethod
   def frequency_transform(cls, cfg, dims, inv_freq: np.ndarray) -> np.ndarray:
@@ -209,6 +221,10 @@ class RoPE(PositionalScheme):
         type(self).frequency_transform(cfg, dims, np.asarray(f, np.float32)), np.float32)
     _plain = lambda theta: transform(rope_inv_freq(rot, theta))  # noqa: E731
     self.rot_dim, self.num_layers = rot, dims.num_layers
+    # MiniWin's periodic RoPE (arXiv 2605.27980; released model/model_miniwin.py): every rotary
+    # layer rotates by position mod P, so a key j seen from query i is rotated by the offset
+    # (i mod P) - (j mod P): i - j, or i - j - P across a wrap. 0 = plain positions.
+    self.position_period = int(cfg.get("rope_position_period", 0) or 0)
     heads = int(cfg.get("rope_heads", -1))
     # Heads 0..rope_heads-1 rotate, the others keep q and k as they are (NoPE heads): a head-wise
     # form of the RoPE/NoPE hybrid that "RoPE to NoPE and back" (arXiv 2501.18795) builds from
@@ -332,12 +348,16 @@ class RoPE(PositionalScheme):
     """q: [b, q_len, H, D], k: [b, k_len, H, D]; positions int32 [b, len] -> rotated (q, k).
 
     `layer` (static int, 0..num_layers-1) selects the layer's base; a NoPE layer returns q, k.
+    With `rope_position_period` P > 0 both position arrays are taken mod P first (MiniWin).
     Under `rope_scaling` (see the module docstring): PI rotates by positions * (1/s), dynamic NTK
     and LongRoPE use the frequencies of each row's length 1 + max(q_positions, k_positions),
     YaRN and LongRoPE multiply the rotated q and k (all head_dim features) by their attention
     factor, LongRoPE's keep_first rotates positions below it with the plain frequencies and no
     factor; STRING's factor multiplies every position's q and k. Outputs keep q's/k's dtype.
     """
+    if self.position_period:
+      q_positions, k_positions = (jnp.mod(p, self.position_period)
+                                  for p in (q_positions, k_positions))
     if self.rope_heads != -1:
       return self._on_heads(q, k, self._rotate(q, k, q_positions, k_positions, layer))
     return self._rotate(q, k, q_positions, k_positions, layer)
@@ -393,6 +413,9 @@ class RoPE(PositionalScheme):
     inv_freq = self._frequencies(layer, q_positions, k_positions)
     if inv_freq is None:
       return KernelSpec()
+    if self.position_period:
+      return (f"RoPE with model.position.rope_position_period={self.position_period} (positions "
+              "taken mod P, which a KernelSpec cannot say)")
     if self.rope_heads != -1:
       return (f"RoPE with model.position.rope_heads={self.rope_heads} (rotation on some heads "
               "only, which a KernelSpec cannot say)")
