@@ -65,7 +65,7 @@ import math
 
 import numpy as np
 
-from data.position_samplers import PositionSampler
+from data.sampler_base import PositionSampler
 
 TRUNCATIONS = ("clip", "renormalize")
 GRID_POINTS = 1000  # the released code's grid of [2, 2s]

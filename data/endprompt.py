@@ -49,7 +49,7 @@ import dataclasses
 
 import numpy as np
 
-from data.position_samplers import PositionSampler
+from data.sampler_base import PositionSampler
 
 ANCHORS = ("end", "random")
 

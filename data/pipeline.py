@@ -31,7 +31,7 @@ import numpy as np
 from configs.errors import ConfigError
 from data.corpora import Document, PreparedSplit, TokenizedDocument
 from data.position_layouts import PositionLayout
-from data.position_samplers import PositionSampler
+from data.sampler_base import PositionSampler
 from data.tokenizers import ByteTokenizer
 
 

@@ -73,22 +73,9 @@ import dataclasses
 import numpy as np
 
 from configs.errors import ConfigError
+from data.sampler_base import PositionSampler, segment_bounds  # noqa: F401 -- re-exported
 
 KINDS = ("none", "randomized", "pose", "cream", "endprompt")
-
-
-def segment_bounds(segment_ids: np.ndarray) -> list[tuple[int, int]]:
-  """Half-open token ranges [lo, hi) of the runs of equal `segment_ids` (one per document).
-
-  Args:
-    segment_ids: int [L] segment id per token (see data/pipeline.py), L >= 1.
-
-  Returns:
-    list of (lo, hi) index pairs covering 0..L in order.
-  """
-  cuts = (np.flatnonzero(np.diff(segment_ids) != 0) + 1).tolist()
-  edges = [0, *cuts, len(segment_ids)]
-  return list(zip(edges[:-1], edges[1:]))
 
 
 def randomized_segment(n: int, max_position: int, rng: np.random.Generator) -> np.ndarray:
@@ -148,58 +135,6 @@ def pose_segment(n: int, num_chunks: int, max_position: int,
 
 
 @dataclasses.dataclass(frozen=True)
-class PositionSampler:
-  """Base: redraws `positions` per document segment of a packed example (see module docstring).
-
-  Attributes:
-    max_position: positions are drawn below this (tokens; >= train_len).
-    seed: non-negative seed of the per-example generators.
-  """
-
-  max_position: int
-  seed: int
-
-  def segment_positions(self, n: int, rng: np.random.Generator) -> np.ndarray:
-    """int32 [n] positions for one segment of n tokens. Subclasses implement."""
-    raise NotImplementedError
-
-  def rng(self, index: int, stream: int = 0) -> np.random.Generator:
-    """The generator of example `index` of process `stream` (both >= 0)."""
-    return np.random.default_rng([self.seed, stream, index])
-
-  def positions(self, segment_ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sampled positions of one example.
-
-    Args:
-      segment_ids: int [L] segment id per token.
-      rng: the example's generator.
-
-    Returns:
-      int32 [L]; each segment gets its own draw, starting afresh.
-    """
-    out = np.empty(len(segment_ids), np.int32)
-    for lo, hi in segment_bounds(segment_ids):
-      out[lo:hi] = self.segment_positions(hi - lo, rng)
-    return out
-
-  def apply(self, index: int, example: dict[str, np.ndarray], *,
-            stream: int = 0) -> dict[str, np.ndarray]:
-    """Grain `map_with_index` transform: a copy of `example` with sampled `positions`.
-
-    Args:
-      index: the example's index in this process's stream (>= 0).
-      example: dict of int32 [L] arrays with at least `segment_ids` and `positions`.
-      stream: the process index, so that hosts draw independently.
-
-    Returns:
-      A new dict; only `positions` (int32 [L]) differs.
-    """
-    out = dict(example)
-    out["positions"] = self.positions(example["segment_ids"], self.rng(index, stream))
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
 class RandomizedPositions(PositionSampler):
   """Randomized positional encodings (Ruoss et al., arXiv 2305.16843, Sec. 3): per segment of n
   tokens, n sorted distinct positions drawn uniformly from [0, max_position)."""
@@ -234,7 +169,7 @@ def resolved_max_position(cfg, train_len: int) -> int:
 
 def _check_extension_fields(cfg) -> None:
   """The cream_* and endprompt_* fields (data/cream.py, data/endprompt.py); absent = default."""
-  from data import cream, endprompt  # their modules import this one
+  from data import cream, endprompt  # imported on use: they import data.sampler_base
   k = cfg.get("cream_k", -1)
   if not (_is_int(k) and (k == -1 or k >= 0)):
     raise ConfigError(f"data.position_sampler.cream_k must be -1 (= 4 x the factor, the released "

@@ -35,7 +35,7 @@ import grain
 import numpy as np
 
 from data.position_layouts import PositionLayout
-from data.position_samplers import PositionSampler
+from data.sampler_base import PositionSampler
 from data.tasks import GridTask, Task, encode, get_task
 from data.tokenizers import ByteTokenizer
 
