@@ -386,8 +386,12 @@ def restore_params(workdir: str, config, spec: ModelSpec, step: int | None = Non
   del config
   target = {"params": spec.abstract_params}
 
+  # Orbax restores from absolute paths only: a relative --workdir (the README's commands) is
+  # made absolute here; a URL (gs://...) is left as it is.
+  root = str(workdir) if "://" in str(workdir) else os.path.abspath(str(workdir))
+
   def read(s: int):
-    folder = os.path.join(str(workdir), "checkpoints", str(s))
+    folder = os.path.join(root, "checkpoints", str(s))
     _check_model(folder, spec, source or f"--workdir={workdir}", s)
     if not (checked and s == step):
       check_arrays(folder, "params.")

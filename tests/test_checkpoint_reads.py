@@ -67,6 +67,17 @@ def test_eval_falls_back_past_a_damaged_latest_step_and_keeps_other_results(pare
   assert "\n" not in str(e.value) and len(str(e.value)) < 600
 
 
+def test_eval_reads_a_workdir_named_by_a_relative_path(parent, tmp_path, monkeypatch):
+  """The README's `python -m eval.run --workdir=workdirs/<run>`: Orbax restores from absolute
+  paths only, so a relative workdir is made absolute (it was refused as "unreadable")."""
+  copy_of(parent, tmp_path)
+  monkeypatch.chdir(tmp_path)
+  config = load_run_config("run")
+  config.eval.length_multipliers = (1.0,)
+  result = eval_run.evaluate("run", config=config)["ppl_vs_length"]
+  assert result["step"] == 4 and result["rows"][0]["nll"] is not None
+
+
 def test_warm_start_falls_back_past_a_damaged_step_and_refuses_an_explicit_one(
     parent, text_corpus, tmp_path, capsys):
   run = copy_of(parent, tmp_path)
