@@ -215,8 +215,9 @@ def check_applicable(config) -> None:
   if task is not None and not task.get("name"):
     for name, default in base["data"]["task"].items():
       if name != "name" and task.get(name, default) != default:
-        raise ConfigError(f"data.task.{name}={task[name]!r} applies only to an algorithmic task "
-                          f"(data.task.name is ''); set data.task.name or leave it at {default!r}")
+        raise ConfigError(f"data.task.{name}={task[name]!r} applies only to an algorithmic task, "
+                          f"and data.task.name is '' (the text corpus): set data.task.name (one "
+                          f"of {sorted(tasks.REGISTRY)}) or leave data.task.{name} at {default!r}")
 
 
 @functools.cache
