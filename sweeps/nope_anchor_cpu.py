@@ -1,0 +1,60 @@
+"""NoPE's gap on plain text: a budget effect, or the missing anchor? (issue 45, item 5)
+
+In the committed plain-text runs NoPE trails RoPE at 1x by about a third in perplexity. Two
+explanations the literature offers: NoPE learns positions more slowly (Kazemnejad et al., arXiv
+2305.19466, and the DroPE paper, arXiv 2512.12167, both find it converges later), and NoPE infers
+absolute position from the causal mask by counting from a fixed first token, an anchor that the
+packed windows here rarely start with (99.8% of training windows start mid-document).
+
+Design: configs/alibi_tiny.py (0.82M parameters, Shakespeare bytes, train_len 256, learning rate
+3e-3, cosine to 0 over the run) with
+
+  * schemes: none (NoPE), rope, learned, sinusoidal;
+  * data.bos_anchor: False (windows as packed) and True (every training window opens with BOS,
+    data/pipeline.py; each stream token still a target once per epoch);
+  * budgets: 900 and 3,600 training steps (each its own cosine schedule, so the 900-step run is
+    the loss of a 900-step budget, not step 900 of a longer run);
+  * seeds 0 and 1 (initialisation and data order together), paired across schemes;
+
+32 runs, each evaluated with non-overlapping windows at 0.5x..4x and the loss by position
+(sweeps.findings kind=pivot over `scheme`, `bos_anchor`, `num_steps`; kind=paired for NoPE minus
+RoPE per seed). Two seeds give a "range of 2" in the tables, no interval: the question is
+whether the gap shrinks by a large factor with budget or with the anchor, which two seeds can
+show; a small effect would need a third.
+
+  python -m sweeps.launch sweeps/nope_anchor_cpu.py --backend=local --root=workdirs/sweeps --parallel=2
+  python -m sweeps.publish workdirs/sweeps/nope_anchor_cpu results/nope_anchor_cpu
+  python -m sweeps.collect results/nope_anchor_cpu
+
+Cost, from the budget study (results/budget_cpu.md: 3,600 steps at about 1 s per step side by
+side on 2 free cores): 16 runs of 3,600 steps and 16 of 900, about 72,000 steps in all, about
+10 h with two runs side by side on free cores. Not yet run.
+"""
+
+from sweeps.study import Study, cross, product, zip_
+
+SCHEMES = ("none", "rope", "learned", "sinusoidal")
+SEEDS = zip_(seed=[0, 1], **{"data.shuffle_seed": [0, 1]})
+
+
+def points() -> list[dict]:
+  """Every (seed, budget, anchor, scheme) run; the short budget first, so its table fills first."""
+  return cross(SEEDS, product(**{"train.num_steps": [900, 3600],
+                                 "data.bos_anchor": [False, True],
+                                 "model.position.kind": list(SCHEMES)}))
+
+
+STUDY = Study(
+    name="nope_anchor_cpu",
+    config="configs/alibi_tiny.py",
+    points=points,
+    common={
+        "train.eval_every_steps": 300,
+        "train.checkpoint_every_steps": 900,
+        "eval.length_multipliers": (0.5, 1.0, 2.0, 4.0),
+        "eval.suites": "ppl_vs_length,loss_by_position",
+    },
+    description="NoPE / RoPE / learned / sinusoidal x bos_anchor off/on x 900 / 3,600 steps x "
+                "2 seeds on plain text: NoPE's gap against budget and anchor; about 10 h on 2 "
+                "free cores",
+)
