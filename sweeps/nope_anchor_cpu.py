@@ -1,12 +1,11 @@
 """NoPE's gap on plain text: a budget effect, or the missing anchor? (issue 45, item 5)
 
 In the committed runs NoPE trails RoPE at 1x (issue 45 calls it "NoPE's 35% gap", from
-pe_extrapolation_cpu's table). Two
-explanations the literature offers: NoPE learns positions more slowly (Kazemnejad et al., arXiv
-2305.19466, and the DroPE paper, arXiv 2512.12167, both find it converges later), and NoPE infers
-absolute position from the causal mask by counting from a fixed first token, an anchor that the
-packed windows here rarely start with (issue 45 counts 99.8% of training windows starting
-mid-document).
+pe_extrapolation_cpu's table). Two explanations: NoPE learns positional information more slowly
+than RoPE (the DroPE paper, arXiv 2512.12167, argues this from its training curves), and NoPE
+recovers absolute position from the causal mask by counting from the first token (Kazemnejad et
+al., arXiv 2305.19466, Theorem 1's construction), an anchor that the packed windows here rarely
+start with (issue 45 counts 99.8% of training windows starting mid-document).
 
 Design: configs/alibi_tiny.py (0.82M parameters, Shakespeare bytes, train_len 256, learning rate
 3e-3, cosine to 0 over the run) with
