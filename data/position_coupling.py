@@ -41,32 +41,11 @@ from typing import Any
 import numpy as np
 
 from configs.errors import ConfigError
+from data.array_ops import array_module, cummax, cummin_reversed
 
 KINDS = ("", "addition")
 TASKS = {"addition": True, "addition_reversed_answer": False}  # name -> reversed operands
 LAYOUT_SCHEMES = ("abacus", "bipe_rope", "bipe_alibi")  # schemes whose positions come from a layout
-
-
-def _xp(a):
-  if isinstance(a, np.ndarray):
-    return np
-  import jax.numpy as jnp
-  return jnp
-
-
-def _cummax(a):
-  if isinstance(a, np.ndarray):
-    return np.maximum.accumulate(a, axis=-1)
-  import jax
-  return jax.lax.cummax(a, axis=a.ndim - 1)
-
-
-def _cummin_reversed(a):
-  """Running minimum from the right along the last axis."""
-  if isinstance(a, np.ndarray):
-    return np.minimum.accumulate(a[..., ::-1], axis=-1)[..., ::-1]
-  import jax
-  return jax.lax.cummin(a, axis=a.ndim - 1, reverse=True)
 
 
 def coupled_positions(tokens, segment_ids, plus_id: int, reverse_operands: bool, starts=None):
@@ -84,17 +63,17 @@ def coupled_positions(tokens, segment_ids, plus_id: int, reverse_operands: bool,
   Returns:
     int32 [..., seq] ids: 0 at BOS, at tokens past the answer and in documents without "+".
   """
-  xp = _xp(tokens)
+  xp = array_module(tokens)
   length = tokens.shape[-1]
   index = xp.broadcast_to(xp.arange(length, dtype=xp.int32), tokens.shape)
   prev = xp.concatenate([segment_ids[..., :1] - 1, segment_ids[..., :-1]], axis=-1)
-  doc_start = _cummax(xp.where(segment_ids != prev, index, 0))
+  doc_start = cummax(xp.where(segment_ids != prev, index, 0))
   is_plus = tokens == plus_id
-  last_plus = _cummax(xp.where(is_plus, index, -1))
+  last_plus = cummax(xp.where(is_plus, index, -1))
   before = xp.concatenate([xp.full_like(last_plus[..., :1], -1), last_plus[..., :-1]], axis=-1)
   first_plus = is_plus & (before < doc_start)  # no "+" earlier in the document
-  behind = _cummax(xp.where(first_plus, index, -1))
-  ahead = _cummin_reversed(xp.where(first_plus, index, length))
+  behind = cummax(xp.where(first_plus, index, -1))
+  ahead = cummin_reversed(xp.where(first_plus, index, length))
   plus = xp.where(behind >= doc_start, behind, ahead)
   found = xp.take_along_axis(segment_ids, xp.clip(plus, 0, length - 1), axis=-1) == segment_ids
   valid = (plus < length) & found

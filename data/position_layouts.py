@@ -41,27 +41,13 @@ from typing import Any
 import numpy as np
 
 from configs.errors import ConfigError
+from data.array_ops import array_module, cummax
 from data import position_coupling
 from data.tokenizers import get_tokenizer
 
 DIGITS = "digits"
 SEGMENTS = "segments"
 LAYOUTS = (DIGITS, SEGMENTS)
-
-
-def _cummax(a):
-  """Running maximum along the last axis, numpy or jax.numpy."""
-  if isinstance(a, np.ndarray):
-    return np.maximum.accumulate(a, axis=-1)
-  import jax  # only the jit path gets here
-  return jax.lax.cummax(a, axis=a.ndim - 1)
-
-
-def _xp(a):
-  if isinstance(a, np.ndarray):
-    return np
-  import jax.numpy as jnp
-  return jnp
 
 
 def _document_starts(segment_ids, xp):
@@ -74,7 +60,7 @@ def _run_index(starts, xp):
   """int32 [..., seq]: index of each token minus the index of the last True of `starts` at or
   before it (0 at a start). starts[..., 0] must be True."""
   index = xp.broadcast_to(xp.arange(starts.shape[-1], dtype=xp.int32), starts.shape)
-  return (index - _cummax(xp.where(starts, index, 0))).astype(xp.int32)
+  return (index - cummax(xp.where(starts, index, 0))).astype(xp.int32)
 
 
 def digit_positions(tokens, segment_ids, digit_ids: tuple[int, ...]):
@@ -88,7 +74,7 @@ def digit_positions(tokens, segment_ids, digit_ids: tuple[int, ...]):
     int32 [..., seq]: 1, 2, 3, ... along each run of consecutive digit tokens (a run never
     crosses a document start), 0 for every other token.
   """
-  xp = _xp(tokens)
+  xp = array_module(tokens)
   is_digit = xp.isin(tokens, xp.asarray(digit_ids, dtype=tokens.dtype))
   doc = _document_starts(segment_ids, xp)
   prev_digit = xp.concatenate([xp.zeros_like(is_digit[..., :1]), is_digit[..., :-1]], axis=-1)
@@ -108,13 +94,13 @@ def segment_positions(tokens, segment_ids, separator_ids: tuple[int, ...]):
     token (0); `segment` counts the segments of the document before this one (0 in its first).
     A separator belongs to the segment it ends; both restart at each document start.
   """
-  xp = _xp(tokens)
+  xp = array_module(tokens)
   is_sep = xp.isin(tokens, xp.asarray(separator_ids, dtype=tokens.dtype))
   doc = _document_starts(segment_ids, xp)
   after_sep = xp.concatenate([xp.zeros_like(is_sep[..., :1]), is_sep[..., :-1]], axis=-1)
   starts = doc | after_sep
   count = xp.cumsum(starts.astype(xp.int32), axis=-1)
-  segment = count - _cummax(xp.where(doc, count, 0))
+  segment = count - cummax(xp.where(doc, count, 0))
   return _run_index(starts, xp), segment.astype(xp.int32)
 
 
@@ -164,11 +150,11 @@ class PositionLayout:
     if self.name == DIGITS:
       aux = digit_positions(tokens, segment_ids, self.token_ids)
       if offsets is not None:
-        xp = _xp(aux)
+        xp = array_module(aux)
         offsets = xp.asarray(offsets, xp.int32)
         offsets = offsets if offsets.ndim == aux.ndim else offsets[..., None]
         aux = xp.where(aux > 0, aux + offsets, 0)
-      return positions, aux.astype(_xp(aux).int32)
+      return positions, aux.astype(array_module(aux).int32)
     return segment_positions(tokens, segment_ids, self.token_ids)
 
   def rng(self, index: int, stream: int = 0) -> np.random.Generator:
