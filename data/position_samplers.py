@@ -72,7 +72,7 @@ import dataclasses
 
 import numpy as np
 
-from configs.errors import ConfigError
+from configs.errors import ConfigError, choice
 from data.sampler_base import PositionSampler, segment_bounds  # noqa: F401 -- re-exported
 
 KINDS = ("none", "randomized", "pose", "cream", "endprompt")
@@ -178,18 +178,14 @@ def _check_extension_fields(cfg) -> None:
   if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < float("inf"):
     raise ConfigError(f"data.position_sampler.cream_sigma must be a finite number > 0; "
                       f"got {sigma!r}")
-  truncation = cfg.get("cream_truncation", "clip")
-  if truncation not in cream.TRUNCATIONS:
-    raise ConfigError(f"data.position_sampler.cream_truncation={truncation!r} is not supported; "
-                      f"choose one of {list(cream.TRUNCATIONS)}")
+  choice(cfg.get("cream_truncation", "clip"), "data.position_sampler.cream_truncation",
+         cream.TRUNCATIONS)
   length = cfg.get("endprompt_length", 20)
   if not (_is_int(length) and length >= 1):
     raise ConfigError(f"data.position_sampler.endprompt_length must be an integer >= 1; "
                       f"got {length!r}")
-  anchor = cfg.get("endprompt_anchor", "end")
-  if anchor not in endprompt.ANCHORS:
-    raise ConfigError(f"data.position_sampler.endprompt_anchor={anchor!r} is not supported; "
-                      f"choose one of {list(endprompt.ANCHORS)}")
+  choice(cfg.get("endprompt_anchor", "end"), "data.position_sampler.endprompt_anchor",
+         endprompt.ANCHORS)
 
 
 def check_config(cfg, train_len: int, model_position=None) -> None:
