@@ -19,7 +19,8 @@ are compared paired by seed (sweeps.findings kind=paired) with a t-interval of t
 difference, n = 3. The paper trains 50,000 steps at d_model 512; 3,000 steps at d_model 128 is
 what two cores allow, so a failure here is a statement about this budget, not about the method.
 
-  python -m sweeps.launch sweeps/coupled_addition_cpu.py --backend=local --root=workdirs/sweeps --parallel=2
+  python -m sweeps.launch sweeps/coupled_addition_cpu.py --backend=local --root=workdirs/sweeps --parallel=2 \\
+      --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.publish workdirs/sweeps/coupled_addition_cpu results/coupled_addition_cpu
   python -m sweeps.collect results/coupled_addition_cpu
 

@@ -23,7 +23,8 @@ ones (PI, NTK, YaRN, Dynamic NTK, Self-Extend, STRING, LM-Infinite), applied at 
 Findings compare methods paired by parent seed (3 pairs: a t-interval of the mean paired
 difference, sweeps.findings kind=paired), perplexity and the passkey length reached.
 
-  python -m sweeps.launch sweeps/eval_methods_cpu.py --backend=local --root=workdirs/sweeps --parallel=2
+  python -m sweeps.launch sweeps/eval_methods_cpu.py --backend=local --root=workdirs/sweeps --parallel=2 \\
+      --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.collect workdirs/sweeps/eval_methods_cpu
 
 Cost, from the measured passkey_tiny runs (1,500 steps about 19 min with the cores free; the

@@ -27,7 +27,8 @@ Findings compare methods **paired by seed** (each child shares its parent's seed
 paired difference of perplexity at L and at 4L with its t-interval over the 3 seeds
 (`sweeps.findings` kind=paired), and the curves of perplexity against fine-tuning steps.
 
-  python -m sweeps.launch sweeps/finetune_budget_cpu.py --backend=local --root=workdirs/sweeps --parallel=2
+  python -m sweeps.launch sweeps/finetune_budget_cpu.py --backend=local --root=workdirs/sweeps --parallel=2 \\
+      --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.collect workdirs/sweeps/finetune_budget_cpu
 
 Cost, from the context-extension study's measured steps (a 900-step parent about 15-30 min,

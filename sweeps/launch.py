@@ -153,6 +153,11 @@ def define_flags() -> None:
                        "per process; sweeps/local_pack.py). --num_devices is then the devices "
                        "to split (default: this machine's).")
   flags.DEFINE_bool("dry_run", False, "Print the commands / scripts; launch nothing.")
+  flags.DEFINE_string("published", "", "A folder of published run folders, e.g. results "
+                      "(<published>/<study>/<run>, written by sweeps.publish): a run finished "
+                      "there with every result counts as complete when its workdir is gone, so "
+                      "a study resumes from its committed runs on a new machine (a published "
+                      "parent of a pending warm-started child trains again); '' = off.")
   flags.DEFINE_float("tokens_per_s", 0.0, "Training tokens/s of the study's first pending run on "
                      "the target, for the time estimate printed before launching (sweeps/cost.py; "
                      "other runs scale by their FLOPs per token); 0 = measured here when the "
@@ -316,6 +321,10 @@ def launch(study_spec: str) -> int:
   if FLAGS.num_devices < 0:
     raise LaunchError(f"--num_devices must be >= 1, or 0 for the backend's count; got "
                       f"{FLAGS.num_devices}")
+  published = os.path.abspath(FLAGS.published) if FLAGS.published else None
+  if published and not os.path.isdir(published):
+    raise LaunchError(f"--published={FLAGS.published}: no such folder (give the folder that "
+                      "holds <study>/<run>, e.g. results)")
   if workdirs.is_remote(root):
     raise LaunchError(f"--root={root}: train.py writes with file I/O, so give a folder (for a "
                       "bucket on TPU workers: --tpu_bucket, mounted at --tpu_mount, and a --root "
@@ -350,9 +359,10 @@ def launch(study_spec: str) -> int:
   planned, outcomes = [], []
   if study.search is not None:  # the tuning stage first (sweeps/search.py)
     study, planned, outcomes = search_stage(study, stage, root=root, state_root=state_root,
-                                            read_state=read_state, dry_run=dry_run)
+                                            read_state=read_state, dry_run=dry_run,
+                                            published=published)
   if study is not None:
-    final_planned, final_outcomes = stage(study, root, state_root)
+    final_planned, final_outcomes = stage(study, root, state_root, published)
     planned, outcomes = planned + final_planned, outcomes + final_outcomes
   todo = [p for p in planned if p.pending]
   if dry_run:
@@ -367,18 +377,19 @@ def launch(study_spec: str) -> int:
   return 1 if failed else 0
 
 
-def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_devices: int | None,
-              read_state: bool, dry_run: bool, tpu: "TpuOptions | None",
-              slurm: "SlurmOptions | None",
+def run_stage(study: Study, root: str, state_root: str, published_root: str | None = None, *,
+              backend: str, num_devices: int | None, read_state: bool, dry_run: bool,
+              tpu: "TpuOptions | None", slurm: "SlurmOptions | None",
               slots: Sequence[local_pack.LocalSlot] = ()) -> tuple[list[Planned], list[Outcome]]:
   """Plans `study` under `root`, prints its header, writes its manifest (not in a dry run) and
-  runs (or, dry, prints) its pending runs on `backend`.
+  runs (or, dry, prints) its pending runs on `backend`. `published_root`: the folder that
+  holds this stage's published <study>/<run> folders (--published; `launch_plan.plan`).
 
   Raises:
     ConfigError: see `plan`; warm-started children on a backend that cannot order them.
   """
   planned = plan(study, root, num_devices=num_devices, read_state=read_state,
-                 state_root=state_root)
+                 state_root=state_root, published_root=published_root)
   todo = [p for p in planned if p.pending]
   children = [p.run.name for p in todo if p.run.parent]
   if children and (backend == "slurm" or (backend == "tpu" and (
@@ -393,6 +404,10 @@ def run_stage(study: Study, root: str, state_root: str, *, backend: str, num_dev
         + ("" if read_state else f" ({state_root} not read in a dry run: every run listed)")
         + f"; backend {backend}, root {root}"
         + (f"\n# {study.description}" if study.description else ""))
+  restored = sum(1 for p in planned if p.state is not None and p.state.published)
+  if restored:
+    print(f"# {restored} run(s) complete in their published folders "
+          f"({published_root}): not run again")
   if todo:
     print("\n".join(cost_estimate(study, planned, backend, local_parallel(slots),
                                    slots[0] if slots else None)))
@@ -527,30 +542,33 @@ def cost_estimate(study: Study, planned: Sequence[Planned], backend: str, parall
 
 
 def search_stage(study: Study, stage: Callable, *, root: str, state_root: str, read_state: bool,
-                 dry_run: bool) -> tuple[Study | None, list[Planned], list[Outcome]]:
+                 dry_run: bool, published: str | None = None
+                 ) -> tuple[Study | None, list[Planned], list[Outcome]]:
   """Runs the tuning stage of `study` (sweeps/search.py) in `<root>/<study>/search/` (with
   successive halving, rung after rung as long as each is complete), then, when every search
   run is complete, writes `<root>/<study>/selection.json` (not in a dry run)
-  and returns the final stage's study; None instead when the search is not done.
+  and returns the final stage's study; None instead when the search is not done. `published`
+  (--published): search runs finished in `<published>/<study>/search/<run>` count as complete.
 
   Raises:
     ConfigError: a bad search (sweeps.search.check), or a group whose candidates all diverged.
   """
   search = search_lib.search_study(study)  # checks the search; its first rung with halving
+  stage_published = os.path.join(published, study.name) if published else None
   planned, outcomes = stage(search, workdirs.join(root, study.name),
-                            workdirs.join(state_root, study.name))
+                            workdirs.join(state_root, study.name), stage_published)
   rungs = search_lib.num_rungs(study)
   for rung in range(1, rungs):  # successive halving: each rung once the one before is complete
-    search = search_lib.rung_study(study, rung, state_root if read_state else None)
+    search = search_lib.rung_study(study, rung, state_root if read_state else None, published)
     if search is None:
       print(f"# rung {rung + 1} of {rungs} of {study.name}'s search: after rung {rung} (its runs "
             "are not all complete yet)")
       break
     more, done = stage(search, workdirs.join(root, study.name),
-                       workdirs.join(state_root, study.name))
+                       workdirs.join(state_root, study.name), stage_published)
     planned, outcomes = planned + more, outcomes + done
   path = search_lib.selection_path(state_root, study)
-  chosen = search_lib.selection(study, state_root) if read_state else None
+  chosen = search_lib.selection(study, state_root, published) if read_state else None
   if chosen is None and dry_run:
     chosen = search_lib.read_selection(path)
   if chosen is None:

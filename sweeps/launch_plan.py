@@ -81,7 +81,7 @@ def default_num_devices(run: Run) -> int:
 
 
 def plan(study: Study, root: str, *, num_devices: int | None, read_state: bool,
-         state_root: str | None = None) -> list[Planned]:
+         state_root: str | None = None, published_root: str | None = None) -> list[Planned]:
   """Checks every run of `study` and reads where each stands under `root`.
 
   Args:
@@ -91,6 +91,10 @@ def plan(study: Study, root: str, *, num_devices: int | None, read_state: bool,
     read_state: read each workdir (False: every run is listed as pending).
     state_root: the sweep root as this machine reads it (None: `root`; a gs:// URL for a
       bucket that the TPU workers mount).
+    published_root: a folder of published run folders (<published_root>/<study>/<run>,
+      sweeps/publish.py), or None: a run finished there counts as complete without its
+      workdir (`workdirs.run_state`), unless a pending warm-started child needs its checkpoint,
+      in which case it trains again (`workdirs.retrain`).
 
   Returns:
     One Planned per run, in the study's order.
@@ -113,17 +117,26 @@ def plan(study: Study, root: str, *, num_devices: int | None, read_state: bool,
   for run in runs:
     workdir = workdirs.join(root, study.name, run.name)
     state_dir = workdirs.join(state_root, study.name, run.name)
+    published = (os.path.join(published_root, study.name, run.name) if published_root
+                 else None)
     state = None
     if read_state:
       try:
-        state = workdirs.run_state(run, state_dir)
+        state = workdirs.run_state(run, state_dir, published)
       except Exception as e:  # epath raises the bucket library's own errors
         raise LaunchError(f"cannot read {state_dir}: {e}"
                           + (" (gs:// needs `pip install -e '.[gcs]'` and `gcloud auth "
                              "application-default login`)" if workdirs.is_remote(state_root)
                              else "")) from None
     out.append(Planned(run, workdir, state_dir, state))
-  return out
+  while True:  # a published parent of a pending child trains again (and so, in turn, its own)
+    needed = {p.run.parent for p in out if p.run.parent and p.pending}
+    again = [i for i, p in enumerate(out)
+             if p.state is not None and p.state.published and p.run.name in needed]
+    if not again:
+      return out
+    for i in again:
+      out[i] = dataclasses.replace(out[i], state=workdirs.retrain(out[i].run))
 
 
 def parent_workdir(planned: Planned) -> str | None:

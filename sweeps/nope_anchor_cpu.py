@@ -23,7 +23,8 @@ RoPE per seed). Two seeds give a "range of 2" in the tables, no interval: the qu
 whether the gap shrinks by a large factor with budget or with the anchor, which two seeds can
 show; a small effect would need a third.
 
-  python -m sweeps.launch sweeps/nope_anchor_cpu.py --backend=local --root=workdirs/sweeps --parallel=2
+  python -m sweeps.launch sweeps/nope_anchor_cpu.py --backend=local --root=workdirs/sweeps --parallel=2 \\
+      --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.publish workdirs/sweeps/nope_anchor_cpu results/nope_anchor_cpu
   python -m sweeps.collect results/nope_anchor_cpu
 

@@ -30,7 +30,8 @@ each scheme's perplexity change beyond L, and how much of its context does it us
     and scored on the same validation windows (eval/ngram.py; results/ngram_reference_alibi_tiny.json),
     drawn as horizontal lines.
 
-  python -m sweeps.launch sweeps/plain_text_cpu.py --backend=local --root=workdirs/sweeps --parallel=2
+  python -m sweeps.launch sweeps/plain_text_cpu.py --backend=local --root=workdirs/sweeps --parallel=2 \\
+      --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.collect workdirs/sweeps/plain_text_cpu
 
 Cost, from the measured tiny runs (two side by side train about 3,300 tokens/s each; FIRE about

@@ -169,16 +169,17 @@ def rung_budgets(study: Study) -> list[list[dict[str, int]]]:
   return out
 
 
-def rung_study(study: Study, rung: int, state_root: str | None) -> Study | None:
+def rung_study(study: Study, rung: int, state_root: str | None,
+               published_root: str | None = None) -> Study | None:
   """Rung `rung` (0-based) of successive halving (Jamieson & Talwalkar 2016, arXiv
   1502.07943; Li et al., Hyperband, arXiv 1603.06560): rung 0 trains every candidate of every
   group at the group's budget / eta^(rungs-1); rung r trains the best ceil(n / eta) of the n
   candidates rung r-1 trained (lowest METRIC; ties to the earlier grid entry) at eta times the
   budget, each from scratch (its schedule spans its own num_steps, `rung_budgets`). Run names
   carry `num_steps` and `warmup_steps`. None when rung r-1 is not complete in `state_root` (or
-  `state_root` is None and rung > 0).
+  `state_root` is None and rung > 0). `published_root`: see `selection`.
   """
-  walked = _walk(study, state_root, until=rung)
+  walked = _walk(study, state_root, until=rung, published_root=published_root)
   return walked[rung].search if len(walked) > rung else None
 
 
@@ -191,7 +192,8 @@ class _Stage(NamedTuple):
   scored: list[tuple[Run, float]] | None
 
 
-def _walk(study: Study, state_root: str | None, until: int | None = None) -> list[_Stage]:
+def _walk(study: Study, state_root: str | None, until: int | None = None,
+          published_root: str | None = None) -> list[_Stage]:
   """The search's stages in order: the whole grid in one stage, or the rungs of successive
   halving, each built from the scores of the one before. Stops after the first stage without
   scores, or at stage `until` (its scores unread); no scores are read without a `state_root`."""
@@ -205,7 +207,7 @@ def _walk(study: Study, state_root: str | None, until: int | None = None) -> lis
                                           for g, _ in entries]
     search = _study_of(study, entries, steps, None if budgets is None else rung)
     scored = (None if state_root is None or rung == until
-              else _scores(study, search, entries, state_root))
+              else _scores(study, search, entries, state_root, published_root))
     walked.append(_Stage(search, entries, scored))
     if scored is None or rung == num_rungs(study) - 1:
       break
@@ -220,9 +222,11 @@ def _walk(study: Study, state_root: str | None, until: int | None = None) -> lis
 
 
 def _scores(study: Study, search: Study, entries: Sequence[tuple[dict, dict]],
-            state_root: str) -> list[tuple[Run, float]] | None:
+            state_root: str, published_root: str | None = None
+            ) -> list[tuple[Run, float]] | None:
   """Each entry's run and its METRIC after its last step (`score`), in order; None when a run
-  is not complete or logged none.
+  is not complete or logged none. A run complete only in its published folder
+  (<published_root>/<study>/search/<run>) is scored from that folder's metrics.
 
   Raises:
     StudyError: the search's runs do not follow its entries (an internal inconsistency).
@@ -234,9 +238,12 @@ def _scores(study: Study, search: Study, entries: Sequence[tuple[dict, dict]],
       raise StudyError(f"study {study.name!r}: the search's runs do not follow its points "
                        f"(at {group} x {values}: {run.name})")
     workdir = workdirs.join(state_root, study.name, SEARCH_FOLDER, run.name)
-    if workdirs.run_state(run, workdir).train:
+    published = (os.path.join(published_root, study.name, SEARCH_FOLDER, run.name)
+                 if published_root else None)
+    state = workdirs.run_state(run, workdir, published)
+    if state.train:
       return None
-    value = score(workdir, run.num_steps)
+    value = score(published if state.published else workdir, run.num_steps)
     if value is None:
       return None
     out.append((run, value))
@@ -275,9 +282,10 @@ def score(workdir: str, step: int) -> float | None:
   return found
 
 
-def selection(study: Study, state_root: str) -> dict | None:
-  """Reads every search run under `<state_root>/<study>/search/`; the selection when each is
-  complete with a score, else None (the search is not done).
+def selection(study: Study, state_root: str, published_root: str | None = None) -> dict | None:
+  """Reads every search run under `<state_root>/<study>/search/` (or, for a run whose workdir
+  is gone, its published folder `<published_root>/<study>/search/<run>`: sweeps/publish.py); the
+  selection when each is complete with a score, else None (the search is not done).
 
   Returns:
     {"study", "metric", "grid", "group_by", "written", "groups": [{"group": {...}, "selected":
@@ -290,7 +298,7 @@ def selection(study: Study, state_root: str) -> dict | None:
   """
   s = study.search
   rungs = num_rungs(study)
-  walked = _walk(study, state_root)
+  walked = _walk(study, state_root, published_root=published_root)
   if len(walked) < rungs or walked[-1].scored is None:
     return None
   by_group: dict[str, list[dict]] = {json.dumps(g, sort_keys=True): [] for g in groups(study)}

@@ -1,5 +1,7 @@
 """What is left to run of a study's run, from what its workdir holds: committed checkpoints
-(runs.checkpoint.committed_steps) and result JSONs (runs.workdir.read_results).
+(runs.checkpoint.committed_steps) and result JSONs (runs.workdir.read_results); and, where the
+workdir is gone, from the run's published folder (sweeps/publish.py: config, metrics and result
+files, no checkpoints), so that a study resumes on a machine that has only the committed results.
 
 Those read paths through `etils.epath` (Orbax's path library), so local folders and `gs://`
 buckets are read alike (a bucket needs gcsfs or TensorFlow installed, as for Orbax).
@@ -8,7 +10,9 @@ buckets are read alike (a bucket needs gcsfs or TensorFlow installed, as for Orb
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+from typing import Any
 
 from runs.checkpoint import committed_steps
 from runs.workdir import read_results
@@ -42,12 +46,15 @@ class RunState:
     missing: results of the run not present at that step.
     train: train.py must run (train or resume, then its final evaluation).
     evals: the eval.run invocations that must run (all of them when train.py runs).
+    published: complete only in its published folder (no checkpoint here): its results are
+      read there, and a warm-started child cannot start from it.
   """
 
   trained: bool
   missing: tuple[ResultKey, ...]
   train: bool
   evals: tuple[EvalCommand, ...]
+  published: bool = False
 
   @property
   def complete(self) -> bool:
@@ -57,13 +64,57 @@ class RunState:
   def describe(self) -> str:
     """One phrase: complete / not trained / N results missing."""
     if self.complete:
-      return "complete"
+      return "complete (published)" if self.published else "complete"
     if not self.trained:
       return "to train"
     return f"trained, {len(self.missing)} result(s) to evaluate"
 
 
-def run_state(run: Run, workdir: str) -> RunState:
+_ABSENT = object()
+
+
+def _config_value(config: dict, dotted: str) -> Any:
+  """The value at `dotted` (e.g. "model.position.kind") of a config dict; _ABSENT if none."""
+  node: Any = config
+  for part in dotted.split("."):
+    if not isinstance(node, dict) or part not in node:
+      return _ABSENT
+    node = node[part]
+  return node
+
+
+def published_mismatch(run: Run, folder: str) -> str | None:
+  """None when `folder` holds `run` finished: a config.json whose every field the run sets
+  (`run.overrides`, compared as JSON) has the run's value, a metrics record at `run.num_steps`,
+  and every result of `run.results` in `<folder>/eval/` at that step; else why not (a phrase).
+  A local folder only (published runs are committed files)."""
+  try:
+    with open(os.path.join(folder, "config.json")) as f:
+      config = json.load(f)["config"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return "no readable config.json"
+  for key, value in run.overrides.items():
+    got = _config_value(config, key)
+    if got is not _ABSENT and json.loads(json.dumps(value, default=list)) != got:
+      return f"{key} is {got!r} there, {value!r} in the study"
+  steps = set()
+  try:
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+      for line in f:
+        try:
+          steps.add(json.loads(line).get("step"))
+        except (ValueError, AttributeError):
+          continue  # a line cut by a kill
+  except OSError:
+    return "no metrics.jsonl"
+  if run.num_steps not in steps:
+    return f"no metrics record at step {run.num_steps}"
+  present = present_results(folder, run.num_steps)
+  missing = [k for k in run.results if k not in present]
+  return f"{len(missing)} result(s) missing" if missing else None
+
+
+def run_state(run: Run, workdir: str, published: str | None = None) -> RunState:
   """Compares `workdir` with what `run` must produce.
 
   A run is complete when its final checkpoint (step `run.num_steps`) is finalized and every
@@ -71,8 +122,15 @@ def run_state(run: Run, workdir: str) -> RunState:
   runs if the final checkpoint or one of its own results is missing (it resumes from the latest
   checkpoint, or only re-evaluates when training is done), and each eval.run invocation runs
   that has a missing result (all of them after a (re)training).
+
+  With `published` (the run's published folder, e.g. results/<study>/<run>), a run without its
+  final checkpoint here is also complete when that folder holds it finished
+  (`published_mismatch` is None): state `published`.
   """
   trained = run.num_steps in committed_steps(workdir)
+  if not trained and published and os.path.isdir(published) \
+      and published_mismatch(run, published) is None:
+    return RunState(True, (), False, (), published=True)
   present = present_results(workdir, run.num_steps) if trained else set()
   missing = tuple(k for k in run.results if k not in present)
   train = not trained or any(k in missing for k in run.train_results)
@@ -80,4 +138,11 @@ def run_state(run: Run, workdir: str) -> RunState:
   return RunState(trained, missing, train, evals)
 
 
-__all__ = ["RunState", "is_remote", "join", "present_results", "run_state"]
+def retrain(run: Run) -> RunState:
+  """The state of a run that must train again from scratch with every evaluation (a published
+  run whose checkpoint a pending warm-started child needs)."""
+  return RunState(False, run.results, True, run.evals)
+
+
+__all__ = ["RunState", "is_remote", "join", "present_results", "published_mismatch", "retrain",
+           "run_state"]

@@ -896,7 +896,8 @@ def test_search_studies_and_selections_are_checked_and_applied(tmp_path):
       f.write(json.dumps({"step": 50, "val_loss": loss}) + "\n")
   import unittest.mock
   with unittest.mock.patch.object(launch_plan.workdirs, "run_state",
-                                  lambda run, workdir: launch_plan.workdirs.RunState(True, (), False, ())):
+                                  lambda run, workdir, published=None:
+                                  launch_plan.workdirs.RunState(True, (), False, ())):
     chosen = search.selection(study, root)
   assert [g["selected"] for g in chosen["groups"]] == [{"train.learning_rate": 0.01},
                                                        {"train.learning_rate": 0.01}]
