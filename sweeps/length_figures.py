@@ -9,6 +9,7 @@ algorithmic tasks' accuracy against instance size; and the extrapolation ratio (
 from __future__ import annotations
 
 import json
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -21,31 +22,76 @@ from sweeps.figure_style import ALGORITHMIC_METRICS, PROTOCOLS, RETRIEVAL_SUITES
     band_text, curve_labels, scheme_style
 
 
+def reference_levels(reference: Mapping, length: int, protocol: str = "non_overlapping"
+                     ) -> dict[int, float]:
+  """The n-gram reference's perplexity per order at one evaluation length: {order: ppl}.
+
+  Args:
+    reference: eval/ngram.py's JSON (`python -m eval.ngram ... --out=<file>`): "rows" of
+      {"order", "length", "ppl", ...} and its "protocol".
+    length: the evaluation length (tokens) to read, e.g. train_len.
+    protocol: the figure's protocol; the reference must have been scored with it.
+
+  Raises:
+    ValueError: a reference scored with another protocol, or with no row at `length` (the
+      lengths it has are named).
+  """
+  if reference.get("protocol") != protocol:
+    raise ValueError(f"the n-gram reference was scored with protocol "
+                     f"{reference.get('protocol')!r}, the figure draws {protocol!r}")
+  rows = [r for r in reference["rows"] if r["length"] == length]
+  if not rows:
+    have = sorted({r["length"] for r in reference["rows"]})
+    raise ValueError(f"the n-gram reference has no row at length {length}; it has {have}")
+  return {int(r["order"]): float(r["ppl"]) for r in sorted(rows, key=lambda r: r["order"])}
+
+
 @_any_table
-def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False):
+def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions: bool = False,
+                      reference: Mapping | None = None):
   """Perplexity vs evaluation length per scheme (log-log), mean over seeds with its band
-  (`band_stats`, named in the title).
+  (`band_stats`, named in the title), optionally over the horizontal lines of what byte n-gram
+  models reach on the same windows.
 
   Args:
     frame: the results table; protocol: "non_overlapping" | "sliding" (perplexity protocol,
       Press et al., arXiv 2108.12409, Section 4).
     with_extensions: also draw every eval-time extension's curve (else the models as trained).
+    reference: eval/ngram.py's JSON (results/ngram_reference_alibi_tiny.json): one grey
+      horizontal line per n-gram order at its perplexity at the runs' train_len
+      (`reference_levels`; an n-gram model's perplexity hardly depends on the window length),
+      labelled "<k>-gram" at the left edge. A curve below the k-gram line has learned more from
+      its context than a table of k - 1 preceding bytes gives.
 
   Returns:
     A Figure, or None if the table has no ppl_vs_length rows for `protocol`.
 
   Raises:
-    ValueError: `protocol` is not one of PROTOCOLS.
+    ValueError: `protocol` is not one of PROTOCOLS; a `reference` for runs of several
+      train_len, or see `reference_levels`.
   """
   _check("protocol", protocol, PROTOCOLS)
   rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
   if rows.empty:
     return None
+  levels = {}
+  if reference is not None:
+    train_len = _train_len(rows)
+    if train_len is None:
+      raise ValueError("an n-gram reference is drawn at one train_len; the runs have several")
+    levels = reference_levels(reference, train_len, protocol)
   fig, ax = subplots(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+  for order, ppl in levels.items():
+    ax.axhline(ppl, color="#888888", linewidth=0.8, linestyle=(0, (1, 2)), zorder=0)
+    ax.annotate(f"{order}-gram", (0.0, ppl), xycoords=("axes fraction", "data"),
+                xytext=(3, 1), textcoords="offset points", fontsize=7, color="#555555",
+                va="bottom", ha="left")
   ns = _plot_bands(ax, _mean_band(rows, "length", "ppl"))
   length_axis(ax, _train_len(rows))
   _log_ppl_axis(ax)
-  ax.set_title(f"Perplexity vs length ({protocol})\nmean over seeds, {band_text(ns)}",
+  lines = (f"\ngrey dotted: byte n-gram models (Kneser-Ney), same windows, at train_len"
+           if levels else "")
+  ax.set_title(f"Perplexity vs length ({protocol})\nmean over seeds, {band_text(ns)}{lines}",
                fontsize=9)
   _legend(fig)
   return fig

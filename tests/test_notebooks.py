@@ -127,6 +127,31 @@ def test_a_table_with_only_some_suites_gives_their_figures(study):
   assert length_figures.fig_attention_vs_length(tasks) is None
 
 
+def test_ngram_reference_lines_sit_at_each_orders_perplexity_at_train_len(study):
+  frame = figures.read_table(study)
+  train_len = int(frame["train_len"].dropna().unique()[0])
+  rows = [{"order": k, "length": length, "ppl": ppl, "protocol": "non_overlapping"}
+          for k, at_l, elsewhere in [(1, 30.0, 31.0), (2, 12.5, 12.0), (6, 4.5, 4.25)]
+          for length, ppl in [(train_len, at_l), (2 * train_len, elsewhere)]]
+  reference = {"protocol": "non_overlapping", "rows": rows}
+  fig = length_figures.fig_ppl_vs_length(frame, reference=reference)
+  ax = fig.axes[0]
+  flat = [line.get_ydata()[0] for line in ax.get_lines()
+          if len(set(line.get_ydata())) == 1 and line.get_linestyle() != "-"
+          and line.get_label().startswith("_")]
+  assert sorted(flat) == [4.5, 12.5, 30.0]  # the values at train_len, not at 2 x train_len
+  assert [t.get_text() for t in ax.texts] == ["1-gram", "2-gram", "6-gram"]
+  assert "byte n-gram models" in ax.get_title()
+  plain = length_figures.fig_ppl_vs_length(frame)
+  assert not plain.axes[0].texts and "n-gram" not in plain.axes[0].get_title()
+  with pytest.raises(ValueError, match="scored with protocol 'non_overlapping', the figure "
+                                       "draws 'sliding'"):
+    length_figures.reference_levels(reference, train_len, "sliding")
+  with pytest.raises(ValueError, match=re.escape(f"no row at length 3; it has "
+                                                 f"{[train_len, 2 * train_len]}")):
+    length_figures.reference_levels(reference, 3)
+
+
 def test_bad_arguments_and_tables_are_one_clear_line(study, tmp_path):
   frame = figures.read_table(study)
   for call, message in [
