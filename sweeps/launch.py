@@ -157,7 +157,9 @@ def define_flags() -> None:
                       "(<published>/<study>/<run>, written by sweeps.publish): a run finished "
                       "there with every result counts as complete when its workdir is gone, so "
                       "a study resumes from its committed runs on a new machine (a published "
-                      "parent of a pending warm-started child trains again); '' = off.")
+                      "parent of a pending warm-started child trains again); with "
+                      "--backend=local each run that finishes is also copied there (as "
+                      "sweeps.publish copies it: no checkpoints); '' = off.")
   flags.DEFINE_float("tokens_per_s", 0.0, "Training tokens/s of the study's first pending run on "
                      "the target, for the time estimate printed before launching (sweeps/cost.py; "
                      "other runs scale by their FLOPs per token); 0 = measured here when the "
@@ -416,7 +418,8 @@ def run_stage(study: Study, root: str, state_root: str, published_root: str | No
         manifest(study, planned), indent=2, sort_keys=True, default=str) + "\n")
   if backend == "local":
     outcomes = launch_local(study, planned, python=FLAGS.python or sys.executable,
-                            parallel=local_parallel(slots), dry_run=dry_run, slots=slots)
+                            parallel=local_parallel(slots), dry_run=dry_run, slots=slots,
+                            publish_to=published_root)
   elif backend == "tpu":
     tpu_compile_check(todo, tpu, dry_run)  # before any gcloud command
     outcomes = launch_tpu(study, planned, tpu, parallel=FLAGS.parallel, dry_run=dry_run,

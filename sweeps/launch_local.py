@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import shutil
 from typing import Sequence
 
 from sweeps import local_pack
 from sweeps import tpu_pack
 from sweeps.launch_exec import Outcome, execute, result_checker, run_all
-from sweeps.launch_plan import LOG_NAME, Planned, Step, run_steps
+from sweeps.launch_plan import LOG_NAME, MANIFEST, Planned, Step, run_steps
+from sweeps.publish import publish_run
 from sweeps.overrides import REPO_ROOT
 from sweeps.study import Study
 
@@ -31,10 +33,13 @@ def one_process_steps(steps: Sequence[Step]) -> list[Step]:
 
 
 def launch_local(study: Study, planned: Sequence[Planned], *, python: str, parallel: int,
-                 dry_run: bool, slots: Sequence[local_pack.LocalSlot] = ()) -> list[Outcome]:
+                 dry_run: bool, slots: Sequence[local_pack.LocalSlot] = (),
+                 publish_to: str | None = None) -> list[Outcome]:
   """Runs (or, dry, prints) the pending runs here, `parallel` at a time; with `slots`
   (--devices_per_run, sweeps/local_pack.py), each run on the first free slot, confined to its
-  devices (`parallel` <= len(slots))."""
+  devices (`parallel` <= len(slots)). With `publish_to` (--published), each run that finishes
+  is copied to `<publish_to>/<study>/<run>` as sweeps.publish copies it (no checkpoints), with
+  the study's study.json; a copy that fails makes the run's outcome "failed" with the reason."""
   config_arg = study.config_arg()
   todo = [p for p in planned if p.pending]
   steps_of = ((lambda p: one_process_steps(run_steps(p, python, config_arg))) if slots
@@ -61,11 +66,26 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
     steps = steps_of(p)
     slot = free.get() if slots else None  # run_all starts at most `parallel` jobs at once
     try:
-      return execute(p.run.name, steps, os.path.join(p.workdir, LOG_NAME), result_checker(p, steps),
-                     slot)
+      outcome = execute(p.run.name, steps, os.path.join(p.workdir, LOG_NAME),
+                        result_checker(p, steps), slot)
     finally:
       if slot is not None:
         free.put(slot)
+    return outcome if outcome.status != "ok" or not publish_to else published(p, outcome)
+
+  def published(p: Planned, outcome: Outcome) -> Outcome:
+    target = os.path.join(publish_to, study.name)
+    try:
+      why = publish_run(p.workdir, os.path.join(target, p.run.name))
+      manifest = os.path.join(os.path.dirname(p.workdir), MANIFEST)
+      if not why and os.path.isfile(manifest):
+        shutil.copyfile(manifest, os.path.join(target, MANIFEST))
+    except OSError as e:
+      why = f"{type(e).__name__}: {e}"
+    if why:
+      return dataclasses.replace(outcome, status="failed",
+                                 detail=f"finished, but not published to {target}: {why}")
+    return outcome
   jobs = [(p.run.name, lambda p=p: job(p)) for p in children_first(todo)]
   outcomes = {o.run: o for o in run_all(jobs, parallel, study.name,
                                         after={p.run.name: p.run.parent for p in todo

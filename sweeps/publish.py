@@ -72,6 +72,22 @@ def _copy(src: str, dst: str) -> None:
   atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
 
 
+def publish_run(run_dir: str, target: str) -> str | None:
+  """Copies one run folder's files (see the module docstring) into `target` when the run is
+  finished; returns None, or why it was not copied (`finished`).
+
+  Raises:
+    OSError: a file cannot be read or written (what was copied stays whole: each file is
+      renamed into place).
+  """
+  why = finished(run_dir)
+  if why:
+    return why
+  for rel in _files(run_dir):
+    _copy(os.path.join(run_dir, rel), os.path.join(target, rel))
+  return None
+
+
 def publish(study_dir: str, out_dir: str) -> tuple[list[str], list[str]]:
   """Copies the finished runs of `study_dir` (and of its `search/` stage) into `out_dir`.
 
@@ -100,13 +116,11 @@ def publish(study_dir: str, out_dir: str) -> tuple[list[str], list[str]]:
       run_dir = os.path.dirname(run_dir)
       found = True
       run = prefix + os.path.basename(run_dir)
-      why = finished(run_dir)
+      why = publish_run(run_dir, os.path.join(target, os.path.basename(run_dir)))
       if why:
         skipped.append(f"{run}: {why}")
-        continue
-      for rel in _files(run_dir):
-        _copy(os.path.join(run_dir, rel), os.path.join(target, os.path.basename(run_dir), rel))
-      copied.append(run)
+      else:
+        copied.append(run)
   if not found:
     raise ConfigError(f"{study_dir} holds no run folder (a folder with a config.json) and no "
                       "study.json: is it <root>/<study>?")

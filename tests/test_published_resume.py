@@ -4,13 +4,17 @@ sweeps/search.py)."""
 
 import json
 import os
+import shutil
 
 import forked
+from conftest import FAST_COMPILE, tiny_config, write_config_file
 from forked import ROOT
 from sweeps import launch_plan, search, workdirs
 from sweeps.study import Search, Study, product
 
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+# The launcher's children must see one CPU device (the tests' XLA_FLAGS ask for 8).
+ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu",
+                                                                    "XLA_FLAGS": FAST_COMPILE}
 
 
 def publish_fake(run, folder: str, val_loss: float = 2.0, *, config=None, results=None) -> None:
@@ -118,3 +122,32 @@ def test_a_tuning_stage_selects_from_published_scores_and_the_launcher_says_so(t
   assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
       f"error: --published={tmp_path}/nowhere: no such folder (give the folder that holds "
       "<study>/<run>, e.g. results)")
+
+
+def test_a_launched_run_is_published_as_it_finishes_and_a_new_machine_skips_it(text_corpus,
+                                                                               tmp_path):
+  tiny = tiny_config(text_corpus, "rope")
+  tiny.train.num_steps = tiny.train.checkpoint_every_steps = 4
+  tiny.eval.length_multipliers = (1.0, 2.0)
+  tiny.eval.max_tokens_per_length = 256
+  config = write_config_file(str(tmp_path / "tiny_config.py"), tiny)
+  path = tmp_path / "one.py"
+  path.write_text("from sweeps.study import Study\n"
+                  f"STUDY = Study(name='one', config={config!r}, points=lambda: [{{'seed': 3}}], "
+                  "common={'eval.length_multipliers': (1.0,)})\n")
+  root, published = tmp_path / "root", tmp_path / "results"
+  published.mkdir()
+  args = [str(path), f"--root={root}", "--num_devices=1", f"--published={published}"]
+  first = forked.run(["-m", "sweeps.launch", *args], cwd=ROOT, env=ENV, timeout=900)
+  assert first.returncode == 0, first.stdout + first.stderr
+  run = published / "one" / "seed=3"
+  assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()) == [
+      "config.json", "eval/loss_by_position.json", "eval/ppl_vs_length.json", "metrics.jsonl"]
+  assert (published / "one" / "study.json").is_file()
+  # A new machine: the workdirs are gone; the published run (its real config.json, with
+  # lists for tuples) agrees with the study, so nothing trains.
+  shutil.rmtree(root)
+  again = forked.run(["-m", "sweeps.launch", *args], cwd=ROOT, env=ENV, timeout=900)
+  assert again.returncode == 0, again.stdout + again.stderr
+  assert "# study one: 1 run, 0 to run" in again.stdout
+  assert f"# 1 run(s) complete in their published folders ({published})" in again.stdout
