@@ -89,7 +89,7 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   ns = _plot_bands(ax, _mean_band(rows, "length", "ppl"))
   length_axis(ax, _train_len(rows))
   _log_ppl_axis(ax)
-  lines = (f"\ngrey dotted: byte n-gram models (Kneser-Ney), same windows, at train_len"
+  lines = ("\ngrey dotted: byte n-gram models (Kneser-Ney), same windows, at train_len"
            if levels else "")
   ax.set_title(f"Perplexity vs length ({protocol})\nmean over seeds, {band_text(ns)}{lines}",
                fontsize=9)

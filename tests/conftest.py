@@ -28,6 +28,8 @@ SESSION_CACHE = os.path.join(tempfile.gettempdir(), "pe_sweeps_test_jax_cache", 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SESSION_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax import monitoring  # noqa: E402  (after XLA_FLAGS above)
@@ -128,6 +130,17 @@ def train_rope_parent(text_glob: str, workdir: str, *, num_steps: int,
   c.eval.length_multipliers = (1.0,)
   train.train_and_evaluate(c, workdir, devices=jax.devices()[:1])
   return workdir
+
+
+def config_file_module(name: str):
+  """The module of configs/<name>.py (or of a path ending in .py), loaded from its file: its
+  get_config(...) builds the config as train.py's --config would."""
+  import importlib.util  # noqa: PLC0415
+  path = name if name.endswith(".py") else os.path.join(ROOT, "configs", f"{name}.py")
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def write_config_file(path: str, config) -> str:

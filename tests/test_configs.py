@@ -1,7 +1,6 @@
 """Configs: every file loads and validates; the 350M config has 330M-370M parameters."""
 
 import glob
-import importlib.util
 import os
 import re
 
@@ -10,6 +9,7 @@ import pytest
 from flax import nnx
 
 from configs.validate import ConfigError, mesh_shape, validate
+from conftest import config_file_module
 from models.decoder import Decoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,10 +22,7 @@ CONFIG_FILES = [p for p in sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"
 
 
 def load(path):
-  spec = importlib.util.spec_from_file_location("cfg", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_file_module(path).get_config()
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)

@@ -9,9 +9,8 @@ from scipy.stats import norm
 
 from configs.validate import ConfigError, validate
 from conftest import tiny_config
-from data import cream, endprompt, pipeline
+from data import cream, endprompt
 from data import position_samplers as ps
-from data.corpora import Document
 from data.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -179,38 +178,7 @@ def test_cream_is_reproducible_and_seeded():
     assert first[lo] == 0 or hi - lo < 3
 
 
-@pytest.mark.parametrize("sampler", [
-    cream.CREAMPositions(max_position=32, seed=5),
-    cream.CREAMPositions(max_position=32, seed=5, k=1, truncation="renormalize"),
-    endprompt.EndPromptPositions(max_position=32, seed=5, length=2, anchor="random"),
-    endprompt.EndPromptPositions(max_position=32, seed=5, length=2)],
-    ids=["cream", "cream_renormalize", "endprompt_random", "endprompt_end"])
-def test_iterator_state_resume_gives_the_same_sampled_positions(sampler):
-  docs = [Document(f"d{i}", bytes(range(97, 123)) * (i + 3)) for i in range(6)]
-  make = lambda s: iter(pipeline.train_dataset(docs, TOK, train_len=8, batch_size=4, seed=3,
-                                               sampler=s))
-  per_epoch = len(pipeline.PackedWindows(*pipeline.pack_stream(docs, TOK), 8)) / 4
-  it = make(sampler)
-  for _ in range(int(per_epoch) - 2):
-    next(it)
-  state = it.get_state()
-  expected = [next(it) for _ in range(6)]  # crosses an epoch boundary
-  resumed = make(sampler)
-  resumed.set_state(state)
-  for want in expected:
-    got = next(resumed)
-    for key in want:
-      np.testing.assert_array_equal(got[key], want[key])
-  plain = make(None)
-  plain.set_state(state)
-  changed = False
-  for want in expected:
-    base = next(plain)
-    for key in ("inputs", "targets", "segment_ids"):
-      np.testing.assert_array_equal(base[key], want[key])  # positions only are rewritten
-    assert want["positions"].max() < 32
-    changed |= not np.array_equal(base["positions"], want["positions"])
-  assert changed
+# Resuming the pipeline's iterator with these samplers: tests/test_position_samplers.py.
 
 
 # ------------------------------------------------------------------ config

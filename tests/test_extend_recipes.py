@@ -1,7 +1,6 @@
 """The context-extension recipes (configs/extend_*.py): each builds its child config from a
 parent RoPE run, trains a few steps from the parent's parameters, and records the parent."""
 
-import importlib.util
 import json
 import os
 
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 
 import train
-from conftest import tiny_config
+from conftest import config_file_module, tiny_config
 from configs import extension_recipes
 from configs.errors import ConfigError
 from eval import run as eval_run
@@ -21,11 +20,7 @@ RECIPES = extension_recipes.RECIPES
 
 def recipe(name: str):
   """The get_config of configs/extend_<name>.py."""
-  spec = importlib.util.spec_from_file_location(
-      f"extend_{name}", os.path.join(ROOT, "configs", f"extend_{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config
+  return config_file_module(f"extend_{name}").get_config
 
 
 @pytest.fixture(scope="module")

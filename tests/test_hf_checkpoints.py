@@ -21,7 +21,7 @@ import pytest
 from flax import nnx
 
 import train
-from conftest import tiny_config
+from conftest import config_file_module, tiny_config
 from configs.errors import flatten
 from eval import run as eval_run
 from models import decoding, sharding
@@ -278,11 +278,7 @@ def test_smollm2_shaped_model_fine_tuned_with_yarn_evaluated_and_exported(text_c
                     intermediate_size=128, tie_word_embeddings=True, bos_token_id=0,
                     eos_token_id=0)
   model.save_pretrained(str(folder))
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("extend_yarn", "configs/extend_yarn.py")
-  recipe = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(recipe)
-  c = recipe.get_config(f"hf:{folder}")
+  c = config_file_module("extend_yarn").get_config(f"hf:{folder}")
   assert (c.data.train_len, c.model.position.rope_scaling, c.train.init_from) == (
       128, "yarn", f"hf:{folder}")
   assert (c.train.num_steps, c.train.learning_rate, c.model.position.rope_theta) == (

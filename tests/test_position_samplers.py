@@ -6,7 +6,7 @@ import pytest
 
 from configs.validate import ConfigError, validate
 from conftest import tiny_config
-from data import pipeline
+from data import cream, endprompt, pipeline
 from data import position_samplers as ps
 from data.corpora import Document
 from data.tokenizers import ByteTokenizer
@@ -86,9 +86,14 @@ def docs_for_pipeline():
   return [Document(f"d{i}", bytes(range(97, 123)) * (i + 3)) for i in range(6)]
 
 
-@pytest.mark.parametrize("sampler", [ps.RandomizedPositions(max_position=32, seed=5),
-                                     ps.PoSEPositions(max_position=32, seed=5, num_chunks=3)],
-                         ids=["randomized", "pose"])
+@pytest.mark.parametrize("sampler", [
+    ps.RandomizedPositions(max_position=32, seed=5),
+    ps.PoSEPositions(max_position=32, seed=5, num_chunks=3),
+    cream.CREAMPositions(max_position=32, seed=5),
+    cream.CREAMPositions(max_position=32, seed=5, k=1, truncation="renormalize"),
+    endprompt.EndPromptPositions(max_position=32, seed=5, length=2, anchor="random"),
+    endprompt.EndPromptPositions(max_position=32, seed=5, length=2)],
+    ids=["randomized", "pose", "cream", "cream_renormalize", "endprompt_random", "endprompt_end"])
 def test_iterator_state_resume_gives_the_same_sampled_positions(sampler):
   docs = docs_for_pipeline()
   make = lambda s: iter(pipeline.train_dataset(docs, TOK, train_len=8, batch_size=4, seed=3, sampler=s))

@@ -10,6 +10,7 @@ from flax import nnx
 from configs import llama_tiny, presets
 from configs.errors import ConfigError
 from configs.validate import validate
+from conftest import config_file_module
 from models.spec import count_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,16 +54,11 @@ def test_unknown_preset_is_one_line():
 def test_the_swan_gpt_preset_puts_global_attention_on_the_nope_layers():
   """configs/swan_gpt_tiny.py: RoPE with a 64-token window on layers 0-2, layer 3 global and NoPE;
   the eval-time temperature on that layer only; it validates."""
-  import importlib.util
   from configs.validate import validate
   from models import extensions
   from models.decoder import Decoder, layer_window
   from models.positions.rope import is_nope_layer
-  spec = importlib.util.spec_from_file_location("swan", os.path.join(ROOT, "configs",
-                                                                      "swan_gpt_tiny.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config()
+  c = config_file_module("swan_gpt_tiny").get_config()
   validate(c, 1)
   assert [layer_window(c.model, i) for i in range(4)] == [64, 64, 64, 0]
   assert [is_nope_layer(i, c.model.position.nope_every) for i in range(4)] == [False] * 3 + [True]
@@ -75,19 +71,13 @@ def test_the_swan_gpt_preset_puts_global_attention_on_the_nope_layers():
 def test_the_miniwin_preset_rotates_its_window_layers_by_position_mod_the_window():
   """configs/miniwin_tiny.py: layers 0-2 a 64-token window with RoPE at position mod 64, layer 3
   global NoPE; a query at 70 is rotated as one at 6 (70 mod 64)."""
-  import importlib.util
-
   import jax.numpy as jnp
   import numpy as np
 
   from models.decoder import layer_window
   from models.positions.rope import RoPE, apply_rope, is_nope_layer, rope_inv_freq
   from models.positions import Dims
-  spec = importlib.util.spec_from_file_location("miniwin", os.path.join(ROOT, "configs",
-                                                                         "miniwin_tiny.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config()
+  c = config_file_module("miniwin_tiny").get_config()
   validate(c, 1)
   assert [layer_window(c.model, i) for i in range(4)] == [64, 64, 64, 0]
   assert [is_nope_layer(i, c.model.position.nope_every) for i in range(4)] == [False] * 3 + [True]
