@@ -20,13 +20,16 @@ what they share (`band_stats`, `band_text`, `curve_labels`, `scheme_style`, ...)
 from __future__ import annotations
 
 import io
+import json
 import os
 import warnings
 
 import numpy as np
 import pandas as pd
 
+from configs.errors import ConfigError
 from eval import suites as suites_registry
+from runs import command_line
 from sweeps.collect import stale_runs, summarize
 from sweeps.extension_figures import fig_context_extension, fig_fine_tuning_budget
 from sweeps.figure_style import PROTOCOLS, RETRIEVAL_SUITES, _any_table, _check
@@ -124,12 +127,14 @@ DRAWN_SUITES = ("ppl_vs_length", "loss_by_position", *RETRIEVAL_SUITES, "attenti
 
 
 @_any_table
-def study_figures(frame) -> list[tuple[str, str, object]]:
+def study_figures(frame, reference: dict | None = None) -> list[tuple[str, str, object]]:
   """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length
   per protocol (models as trained, then with eval-time extensions beside their base scheme),
   loss by position at the longest length, passkey / needle heatmap grids and accuracy vs
   length, attention diagnostics, algorithmic accuracy by size, and the metric of any other
-  registered suite (`fig_metric_vs_length`). sweeps/report.py embeds them."""
+  registered suite (`fig_metric_vs_length`). sweeps/report.py embeds them. `reference`:
+  eval/ngram.py's JSON, drawn as lines in the perplexity figure of its protocol
+  (`fig_ppl_vs_length`)."""
   figures = []
   if "step_tag" in frame:  # checkpoints evaluated with eval.step: their own figure
     figures.append(("fine_tuning_budget", "Perplexity against fine-tuning steps (checkpoints "
@@ -141,8 +146,9 @@ def study_figures(frame) -> list[tuple[str, str, object]]:
     figures.append((f"context_extension_{p}", "Context extension: parents, fine-tuned children "
                     f"and eval-only controls ({p} windows)", fig_context_extension(frame, p)))
   for p in protocols:
+    lines = reference if reference and reference.get("protocol") == p else None
     figures += [(f"ppl_vs_length_{p}", f"Perplexity vs length per scheme ({p} windows)",
-                 fig_ppl_vs_length(frame, p)),
+                 fig_ppl_vs_length(frame, p, reference=lines)),
                 (f"extensions_{p}", f"Eval-time extensions beside their base scheme ({p})",
                  fig_extensions(frame, p)),
                 (f"loss_by_position_{p}", f"Loss by token position at the longest length ({p})",
@@ -174,3 +180,47 @@ def png_bytes(fig, dpi: float | None = None) -> bytes:
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=dpi if dpi is not None else "figure")
   return buffer.getvalue()
+
+
+USAGE = ("python -m sweeps.figures <results.parquet|csv or study folder> --figure=<id> "
+         "--out=<file>.png [--ngram_reference=<eval/ngram.py JSON>]")
+
+
+def define_flags() -> None:
+  """The command line's flags (defined only when run as a script)."""
+  from absl import flags  # noqa: PLC0415
+  flags.DEFINE_string("figure", None, "the figure's id (study_figures; e.g. "
+                      "ppl_vs_length_non_overlapping); a wrong one lists those the table has")
+  flags.DEFINE_string("out", None, "the .png file to write")
+  flags.DEFINE_string("ngram_reference", None, "eval/ngram.py's JSON: its n-gram models as "
+                      "horizontal lines in the perplexity figure of its protocol")
+  flags.DEFINE_float("dpi", 110.0, "resolution of the PNG")
+
+
+def main(argv):
+  """`python -m sweeps.figures <table> --figure=<id> --out=<png>`: one study figure as a PNG
+  (a committed figure, redrawn from its committed table by one command); exit 2 with one line
+  on bad input (the figure ids the table has are named)."""
+  from absl import flags  # noqa: PLC0415
+  opts = flags.FLAGS
+  if not opts.figure or not opts.out or not opts.out.endswith(".png"):
+    raise ConfigError(f"--figure and --out=<file>.png are required; usage: {USAGE}")
+  try:
+    frame = read_table(argv[1])
+    reference = None
+    if opts.ngram_reference:
+      with open(opts.ngram_reference) as f:
+        reference = json.load(f)
+    figures = {i: fig for i, _, fig in study_figures(frame, reference=reference)}
+  except (OSError, ValueError) as e:
+    raise ConfigError(str(e)) from None
+  if opts.figure not in figures:
+    raise ConfigError(f"--figure={opts.figure} is not a figure of {argv[1]}; it has: "
+                      + ", ".join(figures))
+  figures[opts.figure].savefig(opts.out, dpi=opts.dpi)
+  print(f"wrote {opts.out}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  command_line.run(main, usage=USAGE, arguments=1)

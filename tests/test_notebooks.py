@@ -152,6 +152,23 @@ def test_ngram_reference_lines_sit_at_each_orders_perplexity_at_train_len(study)
     length_figures.reference_levels(reference, 3)
 
 
+def test_one_figure_is_written_as_a_png_by_its_id(study, tmp_path):
+  """`python -m sweeps.figures`: the figure study_figures gives under that id, as a PNG; a wrong
+  id or a missing --out is one line naming what is allowed."""
+  out = tmp_path / "ppl.png"
+  done = forked.run(["-m", "sweeps.figures", study, "--figure=ppl_vs_length_non_overlapping",
+                     f"--out={out}"], cwd=REPO, timeout=600)
+  assert done.returncode == 0, done.stderr
+  assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  bad = forked.run(["-m", "sweeps.figures", study, "--figure=ppl", f"--out={out}"], cwd=REPO,
+                   timeout=600)
+  assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+  assert "--figure=ppl is not a figure of" in bad.stderr
+  assert "ppl_vs_length_non_overlapping, " in bad.stderr
+  bad = forked.run(["-m", "sweeps.figures", study, "--figure=ppl"], cwd=REPO, timeout=600)
+  assert bad.returncode == 2 and "--out=<file>.png are required" in bad.stderr
+
+
 def test_bad_arguments_and_tables_are_one_clear_line(study, tmp_path):
   frame = figures.read_table(study)
   for call, message in [
