@@ -43,7 +43,7 @@ def curve_labels(frame) -> pd.Series:
   child (a `method` column, the context-extension recipes) is named by its method; the fields
   shown are those that vary among the from-scratch runs (a recipe's own fields, its learning
   rate or factors, would otherwise fill the legend)."""
-  methods = (frame["method"].fillna("").astype(str) if "method" in frame
+  methods = (frame["method"].astype(object).fillna("").astype(str) if "method" in frame
              else pd.Series("", index=frame.index))
   scratch = frame[methods == ""] if (methods == "").any() else frame
   varying = [c for c in configuration_columns(frame.columns) if c.startswith("cfg.")
