@@ -572,7 +572,9 @@ def main(argv):
     write_json(os.path.join(out, SOURCES), sources)
   with pd.option_context("display.width", 250, "display.max_columns", 60,
                          "display.float_format", "{:.4g}".format):
-    print(summary.to_string(index=False))
+    shown = summary.apply(lambda col: col.map(  # a value holding a newline stays on its row
+        lambda v: v.replace("\n", "\\n") if isinstance(v, str) else v))
+    print(shown.to_string(index=False))
   absent = missing_runs(study_dir, frame)
   print(f"# {frame['run'].nunique()} runs, {len(frame)} rows -> {out}/results.parquet, "
         f"results.csv, summary.csv"
