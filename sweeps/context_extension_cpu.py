@@ -19,15 +19,18 @@ The experiment the context-extension papers are built on, at the scale of two CP
     ABF, without fine-tuning (`eval.extension`); the LongRoPE search's factors.json records the
     eval-only perplexity of its best factors and of the methods it seeds from, at 4L.
   * **Retrieval track**, kept apart from the perplexity track so that each figure means what its
-    label says: RoPE parents trained 1,500 steps with a quarter of their training windows
-    passkey documents (`data.passkey.fraction` = 0.25; the 1,500-step passkey_tiny runs of the
-    README learned the lookup in distribution), and their extrapolation, PI and YaRN children
-    (which keep the parent's passkey share), evaluated on the passkey grid at 128..4,096 tokens.
-    The committed track (results/context_extension_cpu/) was trained with the prompt's preamble
-    on: at L = 256 a training document then had room for 0-1 filler tokens, one layout and one
-    needle depth. Such training is now refused (data/passkey_training.py `check_filler_room`)
-    and the track here drops the preamble (150 of 256 tokens for filler): launching the study
-    again trains the track anew, under new run names.
+    label says: RoPE parents trained 1,500 steps with three quarters of their training windows
+    passkey documents (`data.passkey.fraction` = 0.75, configs/passkey_tiny.py's mix: its
+    1,500-step RoPE run learned the lookup in distribution), and their extrapolation, PI and
+    YaRN children (which keep the parent's passkey share), evaluated on the passkey grid at
+    128..4,096 tokens. The committed track (results/context_extension_cpu/) was trained with a
+    quarter and the prompt's preamble on: at L = 256 a training document then had room for 0-1
+    filler tokens, one layout and one needle depth. Such training is now refused
+    (data/passkey_training.py `check_filler_room`) and the track here drops the preamble (150 of
+    256 tokens for filler). Without the preamble a quarter is not enough: two such parents
+    (results/eval_methods_cpu_passkey25/) kept a validation answer loss of ln 10 nats per digit
+    and retrieved no key even at L. Launching the study again trains the track anew, under new
+    run names.
 
 Every run is evaluated at 0.5x..16x L (128..4,096 tokens; the children's
 `eval.length_multipliers` give the same absolute lengths): perplexity of non-overlapping windows
@@ -69,7 +72,7 @@ SEEDS = zip_(seed=[0, 1], **{"data.shuffle_seed": [0, 1]})
 FACTOR = 4  # target length 4L = 1,024 tokens
 LM_METHODS = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope")
 PASSKEY_METHODS = ("extrapolation", "pi", "yarn")
-PASSKEY = {"data.passkey.fraction": 0.25, "data.passkey.preamble": False, "train.num_steps": 1500}
+PASSKEY = {"data.passkey.fraction": 0.75, "data.passkey.preamble": False, "train.num_steps": 1500}
 SLIDING = {"eval.protocol": "sliding", "eval.stride": 0,
            "eval.suites": "ppl_vs_length,loss_by_position"}
 ATTENTION = {"eval.suites": "attention", "eval.attention.windows": 4}
