@@ -76,6 +76,6 @@ STUDY = Study(
     points=points,
     common={"eval.length_multipliers": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
             "eval.max_tokens_per_length": 32768},
-    description="3 RoPE parents (25% passkey windows, 1,500 steps) x 13 eval-time extensions "
+    description="3 RoPE parents (75% passkey windows, 1,500 steps) x 13 eval-time extensions "
                 "(old and new): test perplexity and passkey to 16x; about 3.5 h on 2 cores",
 )
