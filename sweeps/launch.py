@@ -153,13 +153,9 @@ def define_flags() -> None:
                        "per process; sweeps/local_pack.py). --num_devices is then the devices "
                        "to split (default: this machine's).")
   flags.DEFINE_bool("dry_run", False, "Print the commands / scripts; launch nothing.")
-  flags.DEFINE_string("published", "", "A folder of published run folders, e.g. results "
-                      "(<published>/<study>/<run>, written by sweeps.publish): a run finished "
-                      "there with every result counts as complete when its workdir is gone, so "
-                      "a study resumes from its committed runs on a new machine (a published "
-                      "parent of a pending warm-started child trains again); with "
-                      "--backend=local each run that finishes is also copied there (as "
-                      "sweeps.publish copies it: no checkpoints); '' = off.")
+  flags.DEFINE_string("published", "", "Folder of published runs (<published>/<study>/<run>, "
+                      "e.g. results; docs/sweeps.md): a run finished there counts as complete "
+                      "without its workdir; local: each run that finishes is published there.")
   flags.DEFINE_float("tokens_per_s", 0.0, "Training tokens/s of the study's first pending run on "
                      "the target, for the time estimate printed before launching (sweeps/cost.py; "
                      "other runs scale by their FLOPs per token); 0 = measured here when the "
