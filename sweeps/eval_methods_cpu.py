@@ -33,9 +33,10 @@ difference, sweeps.findings kind=paired), perplexity and the passkey length reac
       --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.collect workdirs/sweeps/eval_methods_cpu
 
-Cost, from the measured passkey_tiny runs (1,500 steps about 19 min with the cores free; the
-passkey grid to 16x a few minutes per method): parents about 1 h side by side, the 13 x 3
-evaluation points about 2.5 h; about 3.5 h on 2 free cores, resumable.
+Cost, measured on 2026-12-07 (2-core AMD EPYC, --parallel=3): the 3 runs took 98 min of wall
+time, training about 30 min side by side, then the 13 evaluation points of each run 2-12 min
+apiece (StreamingLLM's passkey decoding the slowest), with a test suite on the cores for part
+of it; resumable, each run published as it finishes.
 """
 
 from sweeps.study import Study, cross, zip_
@@ -77,5 +78,5 @@ STUDY = Study(
     common={"eval.length_multipliers": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
             "eval.max_tokens_per_length": 32768},
     description="3 RoPE parents (75% passkey windows, 1,500 steps) x 13 eval-time extensions "
-                "(old and new): test perplexity and passkey to 16x; about 3.5 h on 2 cores",
+                "(old and new): test perplexity and passkey to 16x; about 1.5-2 h on 2 cores",
 )
