@@ -9,14 +9,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import shutil
 from typing import Sequence
 
 from sweeps import local_pack
 from sweeps import tpu_pack
 from sweeps.launch_exec import Outcome, execute, result_checker, run_all
-from sweeps.launch_plan import LOG_NAME, MANIFEST, Planned, Step, run_steps
-from sweeps.publish import publish_run
+from sweeps.launch_plan import LOG_NAME, Planned, Step, run_steps
+from sweeps.publish import publish_run, publish_study_files
 from sweeps.overrides import REPO_ROOT
 from sweeps.study import Study
 
@@ -39,7 +38,7 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
   (--devices_per_run, sweeps/local_pack.py), each run on the first free slot, confined to its
   devices (`parallel` <= len(slots)). With `publish_to` (--published), each run that finishes
   is copied to `<publish_to>/<study>/<run>` as sweeps.publish copies it (no checkpoints), with
-  the study's study.json; a copy that fails makes the run's outcome "failed" with the reason."""
+  the study's study.json (and selection.json); a copy that fails makes the run's outcome "failed" with the reason."""
   config_arg = study.config_arg()
   todo = [p for p in planned if p.pending]
   steps_of = ((lambda p: one_process_steps(run_steps(p, python, config_arg))) if slots
@@ -77,9 +76,8 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
     target = os.path.join(publish_to, study.name)
     try:
       why = publish_run(p.workdir, os.path.join(target, p.run.name))
-      manifest = os.path.join(os.path.dirname(p.workdir), MANIFEST)
-      if not why and os.path.isfile(manifest):
-        shutil.copyfile(manifest, os.path.join(target, MANIFEST))
+      if not why:
+        publish_study_files(os.path.dirname(p.workdir), target)
     except OSError as e:
       why = f"{type(e).__name__}: {e}"
     if why:

@@ -72,6 +72,19 @@ def _copy(src: str, dst: str) -> None:
   atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
 
 
+def publish_study_files(folder: str, target: str) -> list[str]:
+  """Copies a study (or tuning-stage) folder's STUDY_FILES that exist into `target`, each
+  renamed into place; returns their names.
+
+  Raises:
+    OSError: a file cannot be read or written.
+  """
+  names = [n for n in STUDY_FILES if os.path.isfile(os.path.join(folder, n))]
+  for name in names:
+    _copy(os.path.join(folder, name), os.path.join(target, name))
+  return names
+
+
 def publish_run(run_dir: str, target: str) -> str | None:
   """Copies one run folder's files (see the module docstring) into `target` when the run is
   finished; returns None, or why it was not copied (`finished`).
@@ -108,10 +121,7 @@ def publish(study_dir: str, out_dir: str) -> tuple[list[str], list[str]]:
     if not os.path.isdir(folder):
       continue
     target = os.path.join(out_dir, prefix)
-    for name in STUDY_FILES:
-      if os.path.isfile(os.path.join(folder, name)):
-        found = True
-        _copy(os.path.join(folder, name), os.path.join(target, name))
+    found |= bool(publish_study_files(folder, target))
     for run_dir in sorted(glob.glob(os.path.join(folder, "*", "config.json"))):
       run_dir = os.path.dirname(run_dir)
       found = True

@@ -12,10 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+
+import ml_collections
 
 from runs.checkpoint import committed_steps
+from runs.metrics import read_metrics
 from runs.workdir import read_results
+from sweeps.overrides import StudyError, get_field
 from sweeps.result_keys import ResultKey, result_key
 from sweeps.run_plan import EvalCommand, Run
 
@@ -70,19 +73,6 @@ class RunState:
     return f"trained, {len(self.missing)} result(s) to evaluate"
 
 
-_ABSENT = object()
-
-
-def _config_value(config: dict, dotted: str) -> Any:
-  """The value at `dotted` (e.g. "model.position.kind") of a config dict; _ABSENT if none."""
-  node: Any = config
-  for part in dotted.split("."):
-    if not isinstance(node, dict) or part not in node:
-      return _ABSENT
-    node = node[part]
-  return node
-
-
 def published_mismatch(run: Run, folder: str) -> str | None:
   """None when `folder` holds `run` finished: a config.json whose every field the run sets
   (`run.overrides`, compared as JSON) has the run's value, a metrics record at `run.num_steps`,
@@ -90,24 +80,17 @@ def published_mismatch(run: Run, folder: str) -> str | None:
   A local folder only (published runs are committed files)."""
   try:
     with open(os.path.join(folder, "config.json")) as f:
-      config = json.load(f)["config"]
+      config = ml_collections.ConfigDict(json.load(f)["config"])
   except (OSError, ValueError, KeyError, TypeError):
     return "no readable config.json"
   for key, value in run.overrides.items():
-    got = _config_value(config, key)
-    if got is not _ABSENT and json.loads(json.dumps(value, default=list)) != got:
+    try:
+      got = get_field(config, key)
+    except StudyError:
+      continue  # a field the run's code did not have yet: nothing to compare
+    if json.loads(json.dumps(value, default=list)) != json.loads(json.dumps(got, default=list)):
       return f"{key} is {got!r} there, {value!r} in the study"
-  steps = set()
-  try:
-    with open(os.path.join(folder, "metrics.jsonl")) as f:
-      for line in f:
-        try:
-          steps.add(json.loads(line).get("step"))
-        except (ValueError, AttributeError):
-          continue  # a line cut by a kill
-  except OSError:
-    return "no metrics.jsonl"
-  if run.num_steps not in steps:
+  if run.num_steps not in {r.get("step") for r in read_metrics(folder)}:
     return f"no metrics record at step {run.num_steps}"
   present = present_results(folder, run.num_steps)
   missing = [k for k in run.results if k not in present]
