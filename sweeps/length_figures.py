@@ -74,9 +74,8 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
   rows = _suite(frame, "ppl_vs_length", protocol, None if with_extensions else False)
   if rows.empty:
     return None
-  levels = {}
+  levels, train_len = {}, _train_len(rows)
   if reference is not None:
-    train_len = _train_len(rows)
     if train_len is None:
       raise ValueError("an n-gram reference is drawn at one train_len; the runs have several")
     levels = reference_levels(reference, train_len, protocol)
@@ -87,7 +86,7 @@ def fig_ppl_vs_length(frame, protocol: str = "non_overlapping", with_extensions:
                 xytext=(3, 1), textcoords="offset points", fontsize=7, color="#555555",
                 va="bottom", ha="left")
   ns = _plot_bands(ax, _mean_band(rows, "length", "ppl"))
-  length_axis(ax, _train_len(rows))
+  length_axis(ax, train_len)
   _log_ppl_axis(ax)
   lines = ("\ngrey dotted: byte n-gram models (Kneser-Ney), same windows, at train_len"
            if levels else "")
