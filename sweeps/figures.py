@@ -127,6 +127,52 @@ DRAWN_SUITES = ("ppl_vs_length", "loss_by_position", *RETRIEVAL_SUITES, "attenti
 
 
 @_any_table
+def figure_builders(frame, reference: dict | None = None) -> list[tuple[str, str, object]]:
+  """Every study figure `study_figures` can draw, as (id, caption, builder): `builder()` draws
+  it (a Figure, or None when the table holds nothing for it). Nothing is drawn here, so one
+  figure can be drawn alone (`python -m sweeps.figures --figure=<id>`)."""
+  builders = []
+  if "step_tag" in frame:  # checkpoints evaluated with eval.step: their own figure
+    budget = frame
+    builders.append(("fine_tuning_budget", "Perplexity against fine-tuning steps (checkpoints "
+                     "evaluated with eval.step)", lambda: fig_fine_tuning_budget(budget)))
+    frame = frame[frame["step_tag"].isna()]
+  protocols = [p for p in ("non_overlapping", "sliding")
+               if ((frame["suite"] == "ppl_vs_length") & (frame.get("protocol") == p)).any()]
+  for p in protocols:
+    builders.append((f"context_extension_{p}", "Context extension: parents, fine-tuned children "
+                     f"and eval-only controls ({p} windows)",
+                     lambda p=p: fig_context_extension(frame, p)))
+  for p in protocols:
+    lines = reference if reference and reference.get("protocol") == p else None
+    builders += [(f"ppl_vs_length_{p}", f"Perplexity vs length per scheme ({p} windows)",
+                  lambda p=p, lines=lines: fig_ppl_vs_length(frame, p, reference=lines)),
+                 (f"extensions_{p}", f"Eval-time extensions beside their base scheme ({p})",
+                  lambda p=p: fig_extensions(frame, p)),
+                 (f"loss_by_position_{p}", f"Loss by token position at the longest length ({p})",
+                  lambda p=p: fig_loss_by_position(frame, protocol=p))]
+  for suite in RETRIEVAL_SUITES:
+    builders += [(f"{suite}_heatmaps", f"{suite}: accuracy by length and depth, every scheme",
+                  lambda suite=suite: fig_retrieval_grid(frame, suite)),
+                 (f"{suite}_vs_length", f"{suite}: accuracy vs length",
+                  lambda suite=suite: fig_accuracy_vs_length(frame, suite))]
+  builders += [("attention_vs_length", "Attention entropy and sink mass vs length",
+                lambda: fig_attention_vs_length(frame)),
+               ("algorithmic", "Algorithmic tasks: exact match by instance size",
+                lambda: fig_algorithmic(frame)),
+               ("algorithmic_grid", "Grid tasks: exact match by both operands' sizes",
+                lambda: fig_algorithmic_grid(frame)),
+               ("extrapolation_vs_size", "Extrapolation ratio (8x / 1x) vs model size",
+                lambda: fig_extrapolation_ratio(frame, "num_params")),
+               ("extrapolation_vs_train_len", "Extrapolation ratio (8x / 1x) vs train_len",
+                lambda: fig_extrapolation_ratio(frame, "train_len"))]
+  for suite in suites_registry.REGISTRY:
+    if suite not in DRAWN_SUITES and (frame["suite"] == suite).any():
+      builders.append((f"{suite}_vs_length", f"{suite}: {suites_registry.REGISTRY[suite].metric} "
+                       "vs length", lambda suite=suite: fig_metric_vs_length(frame, suite)))
+  return builders
+
+
 def study_figures(frame, reference: dict | None = None) -> list[tuple[str, str, object]]:
   """Every study figure the table has data for, as (id, caption, Figure): perplexity vs length
   per protocol (models as trained, then with eval-time extensions beside their base scheme),
@@ -135,43 +181,7 @@ def study_figures(frame, reference: dict | None = None) -> list[tuple[str, str, 
   registered suite (`fig_metric_vs_length`). sweeps/report.py embeds them. `reference`:
   eval/ngram.py's JSON, drawn as lines in the perplexity figure of its protocol
   (`fig_ppl_vs_length`)."""
-  figures = []
-  if "step_tag" in frame:  # checkpoints evaluated with eval.step: their own figure
-    figures.append(("fine_tuning_budget", "Perplexity against fine-tuning steps (checkpoints "
-                    "evaluated with eval.step)", fig_fine_tuning_budget(frame)))
-    frame = frame[frame["step_tag"].isna()]
-  protocols = [p for p in ("non_overlapping", "sliding")
-               if ((frame["suite"] == "ppl_vs_length") & (frame.get("protocol") == p)).any()]
-  for p in protocols:
-    figures.append((f"context_extension_{p}", "Context extension: parents, fine-tuned children "
-                    f"and eval-only controls ({p} windows)", fig_context_extension(frame, p)))
-  for p in protocols:
-    lines = reference if reference and reference.get("protocol") == p else None
-    figures += [(f"ppl_vs_length_{p}", f"Perplexity vs length per scheme ({p} windows)",
-                 fig_ppl_vs_length(frame, p, reference=lines)),
-                (f"extensions_{p}", f"Eval-time extensions beside their base scheme ({p})",
-                 fig_extensions(frame, p)),
-                (f"loss_by_position_{p}", f"Loss by token position at the longest length ({p})",
-                 fig_loss_by_position(frame, protocol=p))]
-  for suite in RETRIEVAL_SUITES:
-    figures += [(f"{suite}_heatmaps", f"{suite}: accuracy by length and depth, every scheme",
-                 fig_retrieval_grid(frame, suite)),
-                (f"{suite}_vs_length", f"{suite}: accuracy vs length",
-                 fig_accuracy_vs_length(frame, suite))]
-  figures += [("attention_vs_length", "Attention entropy and sink mass vs length",
-               fig_attention_vs_length(frame)),
-              ("algorithmic", "Algorithmic tasks: exact match by instance size",
-               fig_algorithmic(frame)),
-              ("algorithmic_grid", "Grid tasks: exact match by both operands' sizes",
-               fig_algorithmic_grid(frame)),
-              ("extrapolation_vs_size", "Extrapolation ratio (8x / 1x) vs model size",
-               fig_extrapolation_ratio(frame, "num_params")),
-              ("extrapolation_vs_train_len", "Extrapolation ratio (8x / 1x) vs train_len",
-               fig_extrapolation_ratio(frame, "train_len"))]
-  for suite in suites_registry.REGISTRY:
-    if suite not in DRAWN_SUITES and (frame["suite"] == suite).any():
-      figures.append((f"{suite}_vs_length", f"{suite}: {suites_registry.REGISTRY[suite].metric} "
-                      "vs length", fig_metric_vs_length(frame, suite)))
+  figures = [(i, caption, build()) for i, caption, build in figure_builders(frame, reference)]
   return [(i, caption, fig) for i, caption, fig in figures if fig is not None]
 
 
@@ -211,13 +221,15 @@ def main(argv):
     if opts.ngram_reference:
       with open(opts.ngram_reference) as f:
         reference = json.load(f)
-    figures = {i: fig for i, _, fig in study_figures(frame, reference=reference)}
+    builders = {i: build for i, _, build in figure_builders(frame, reference=reference)}
+    fig = builders[opts.figure]() if opts.figure in builders else None
+    if fig is None:  # the ids the table has data for: drawn only to name them
+      has = [i for i, _, _ in study_figures(frame, reference=reference)]
+      raise ConfigError(f"--figure={opts.figure} is not a figure of {argv[1]}; it has: "
+                        + ", ".join(has))
   except (OSError, ValueError) as e:
     raise ConfigError(str(e)) from None
-  if opts.figure not in figures:
-    raise ConfigError(f"--figure={opts.figure} is not a figure of {argv[1]}; it has: "
-                      + ", ".join(figures))
-  figures[opts.figure].savefig(opts.out, dpi=opts.dpi)
+  fig.savefig(opts.out, dpi=opts.dpi)
   print(f"wrote {opts.out}")
 
 

@@ -21,7 +21,9 @@ parquet, or a study folder holding `results.parquet`. The other words are `key=v
             paired: per `rows` x `columns`, `value` minus the `baseline` row's, paired by seed
             (a child shares its parent's seed): the mean difference and, with 3 or more
             pairs, the half-width of its 95% t-interval ("too few" below 3 pairs);
-            baseline=<the first row key's value> names the row compared against;
+            baseline=<the first row key's value> names the row compared against
+            (baseline=<v1>,<v2>: the values of the first two row keys, and so on; an
+            empty field is written none);
             context_use: per `rows` x evaluation length l, the ratio ppl(l) / ppl(l / 2) of
             each run (under 1: the model uses the extra context; use it with
             protocol=sliding, where every scored token sees about a window of context), pooled
@@ -43,7 +45,8 @@ parquet, or a study folder holding `results.parquet`. The other words are `key=v
   value     the column shown in the cells (pivot).
   digits    decimals of the cells (default 2).
   any other key is a filter: keep the rows whose column equals the value (numbers compare as
-  numbers; `method=` keeps rows with an empty method, runs from scratch).
+  numbers; `method=` keeps rows with an empty method, runs from scratch), or one of the
+  comma-separated values (`size=1,10,30,31,50,100`: a pivot's columns restricted to those).
 
 A cell pools the runs that differ only in their seed: one run gives its value; two give
 "mean (low-high)", the range of the two seeds, which is no interval of anything; three or more give
@@ -122,7 +125,7 @@ def _equal(cell, value: str) -> bool:
 
 
 def select(frame: pd.DataFrame, filters: dict[str, str]) -> pd.DataFrame:
-  """The rows of `frame` matching every `column=value` filter.
+  """The rows of `frame` matching every `column=value` filter (`column=a,b,c`: any of them).
 
   Raises:
     ConfigError: a filter names a column the table lacks, or keeps no row.
@@ -130,7 +133,8 @@ def select(frame: pd.DataFrame, filters: dict[str, str]) -> pd.DataFrame:
   for column, value in filters.items():
     if column not in frame.columns:
       raise ConfigError(f"filter {column}={value}: the table has no column {column!r}")
-    frame = frame[[_equal(c, value) for c in frame[column]]]
+    allowed = value.split(",")
+    frame = frame[[any(_equal(c, v) for v in allowed) for c in frame[column]]]
   if frame.empty:
     raise ConfigError(f"the filters {filters} keep no row of the table")
   return frame
@@ -164,7 +168,8 @@ def spread_note(counts: set[int]) -> str:
 
 def row_label(keys: dict) -> str:
   """A row's label from its key columns: `scheme` in code font, `extension` as "+ pi x4",
-  `method` as "pi, fine-tuned" ("as trained" for a run from scratch), others as col=value."""
+  `method` as "pi, fine-tuned" ("as trained" for a run from scratch), a config field
+  `cfg.a.b.name` as name=value (name=none where the field is empty), others as col=value."""
   parts = []
   for column, value in keys.items():
     if column == "extension_factor":
@@ -179,14 +184,19 @@ def row_label(keys: dict) -> str:
       parts.append(f"{value}, fine-tuned" if value else "as trained")
     elif column == "task":
       parts.append(str(value).replace("_", " "))
+    elif column.startswith("cfg."):
+      empty = value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+      parts.append(f"{column.rsplit('.', 1)[1]}={'none' if empty else value}")
     else:
       parts.append(f"{column}={value:g}" if isinstance(value, float) else f"{column}={value}")
   return " ".join(parts)
 
 
 def row_header(keys: list[str]) -> str:
-  """The first column's header: the row keys, "extension_factor" folded into "extension"."""
-  return " / ".join(k for k in keys if k != "extension_factor")
+  """The first column's header: the row keys ("extension_factor" folded into "extension", a
+  config field `cfg.a.b.name` by its name)."""
+  return " / ".join(k.rsplit(".", 1)[1] if k.startswith("cfg.") else k
+                    for k in keys if k != "extension_factor")
 
 
 def column_label(frame: pd.DataFrame, column: str, value) -> str:
@@ -347,11 +357,18 @@ def render_paired(frame: pd.DataFrame, options: dict) -> str:
       raise ConfigError(f"kind=paired needs {what}=<a column of the table>, not {name!r}")
   digits = int(options.get("digits", 2))
   keys, groups = _rows_of(frame, options)
-  base = [rows for key, rows in groups
-          if str(key[0] if isinstance(key, tuple) else key) == str(baseline)]
+  wanted = str(baseline).split(",")
+
+  def is_base(key) -> bool:
+    key = key if isinstance(key, tuple) else (key,)
+    shown = ["none" if k is None or k == "" or (isinstance(k, float) and math.isnan(k))
+             else str(k) for k in key]
+    return shown[:len(wanted)] == wanted
+  base = [rows for key, rows in groups if is_base(key)]
   if len(base) != 1:
-    raise ConfigError(f"kind=paired needs baseline=<one value of {keys[0]}>; got "
-                      f"{baseline!r}, which names {len(base)} rows")
+    raise ConfigError(f"kind=paired needs baseline=<one value of {keys[0]}> (or values of the "
+                      f"first row keys, comma-separated); got {baseline!r}, which names "
+                      f"{len(base)} rows")
   reference = _by_seed(base[0], column, value)
   order = sorted(frame[column].dropna().unique())
   counts, body = set(), []

@@ -143,6 +143,32 @@ def test_filters_and_bad_blocks_are_one_line_errors(tmp_path):
   assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
+def test_a_comma_list_filter_keeps_any_of_its_values_and_cfg_rows_read_short(tmp_path):
+  frame = ppl_table({"rope": [(5.0, 6.0)], "alibi": [(4.0, 4.5)]})
+  frame["cfg.data.task.position_coupling"] = ["addition" if s == "rope" else None
+                                              for s in frame["scheme"]]
+  frame = pd.concat([frame, frame[frame["length"] == 256].assign(length=1024, multiplier=4.0,
+                                                                  ppl=9.0)])
+  frame.to_parquet(tmp_path / "t.parquet")
+  page = tmp_path / "p.md"
+  page.write_text("<!-- table t.parquet rows=scheme,cfg.data.task.position_coupling "
+                  "columns=length value=ppl length=256,1024 -->\n<!-- end table -->\n")
+  lines = findings.render_page(str(page)).splitlines()
+  assert lines[1] == "| scheme / position_coupling | 256 (1x) | 1,024 (4x) |"
+  assert lines[3] == "| `rope` position_coupling=addition | 5.00 | 9.00 |"
+  assert lines[4] == "| `alibi` position_coupling=none | 4.00 | 9.00 |"
+  # a baseline named by its two row keys, the empty field written none
+  page.write_text("<!-- table t.parquet kind=paired baseline=alibi,none "
+                  "rows=scheme,cfg.data.task.position_coupling columns=length value=ppl "
+                  "length=256,1024 -->\n<!-- end table -->\n")
+  lines = findings.render_page(str(page)).splitlines()
+  assert lines[3] == ("| `rope` position_coupling=addition | +1.00 (n=1, too few) "
+                      "| +0.00 (n=1, too few) |")
+  page.write_text(page.read_text().replace("baseline=alibi,none", "baseline=alibi,addition"))
+  with pytest.raises(ConfigError, match="which names 0 rows"):
+    findings.render_page(str(page))
+
+
 def test_task_statistics_by_hand(tmp_path):
   """n = 2 trained sizes; sizes 1..8: exact match 1..n = mean(1.0, 0.8), beyond = mean over
   3..8, token accuracy at n, 2n, 4n."""
