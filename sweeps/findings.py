@@ -13,7 +13,8 @@ parquet, or a study folder holding `results.parquet`. The other words are `key=v
 
   kind      pivot (the default): `value` per `rows` x `columns`, pooled over seeds;
             tasks: per `rows` of an algorithmic-task study, exact match over the trained sizes,
-            at n and n+1, beyond (sizes n+1..4n) and token accuracy at n / 2n / 4n (n is the
+            at n and n+1, beyond (sizes n+1..4n, or to the largest size evaluated, which the
+            header then names) and token accuracy at n / 2n / 4n (n is the
             largest trained size);
             grid: per `rows` of a two-size task (addition_grid), exact match on the training
             square, chosen cells and the cells beyond it;
@@ -257,7 +258,8 @@ def _task_stats(rows: pd.DataFrame) -> dict[str, float]:
 
   def get(size, col):
     return float(at[col].get(size, np.nan))
-  return {"n": n, "train": inside.mean(), "at_n": get(n, "exact_match"),
+  return {"n": n, "last": int(rows[rows["size"] <= 4 * n]["size"].max()),
+          "train": inside.mean(), "at_n": get(n, "exact_match"),
           "at_n1": get(n + 1, "exact_match"), "beyond": beyond.mean(),
           "tok_n": get(n, "token_accuracy"), "tok_2n": get(2 * n, "token_accuracy"),
           "tok_4n": get(4 * n, "token_accuracy")}
@@ -267,9 +269,10 @@ def render_tasks(frame: pd.DataFrame, options: dict) -> str:
   digits = int(options.get("digits", 3))
   frame = frame[frame["suite"] == "algorithmic"]
   keys, groups = _rows_of(frame, options)
-  counts, body = set(), []
+  counts, body, last = set(), [], set()
   for key, rows in groups:
     per_run = [_task_stats(r) for _, r in rows.groupby("run")]
+    last |= {(s["n"], s["last"]) for s in per_run}
     label = row_label(dict(zip(keys, key if isinstance(key, tuple) else (key,))))
     ns = sorted({s["n"] for s in per_run})
     cells = [label, "/".join(str(n) for n in ns)]
@@ -278,8 +281,11 @@ def render_tasks(frame: pd.DataFrame, options: dict) -> str:
       counts.add(n) if n else None
       cells.append(text)
     body.append(cells)
+  # the sizes evaluated may stop short of 4n: then the header names where they end
+  beyond = ("n+1..4n" if len(last) != 1 or min(last)[1] >= 4 * min(last)[0]
+            else f"n+1..{min(last)[1]}")
   header = [row_header(keys), "n", "exact match 1..n (mean)",
-            "at n", "at n+1", "beyond: n+1..4n (mean)", "token accuracy at n", "at 2n", "at 4n"]
+            "at n", "at n+1", f"beyond: {beyond} (mean)", "token accuracy at n", "at 2n", "at 4n"]
   return markdown(header, body) + "\n" + spread_note(counts) + "\n"
 
 

@@ -181,6 +181,13 @@ def test_task_statistics_by_hand(tmp_path):
   page.write_text("<!-- table t.parquet kind=tasks rows=task,scheme -->\n<!-- end table -->\n")
   line = findings.render_page(str(page)).splitlines()[3]
   assert line == "| copy `alibi` | 2 | 0.900 | 0.800 | 0.500 | 0.150 | 0.800 | 0.600 | 0.200 |"
+  assert "| beyond: n+1..4n (mean) |" in findings.render_page(str(page))
+  # sizes evaluated only to 5 (< 4n = 8): beyond is the mean over 3..5, and the header says so
+  pd.DataFrame(rows[:5]).to_parquet(tmp_path / "t.parquet")
+  text = findings.render_page(str(page))
+  assert "| beyond: n+1..5 (mean) |" in text
+  assert text.splitlines()[3] == ("| copy `alibi` | 2 | 0.900 | 0.800 | 0.500 | 0.300 | 0.800 "
+                                  "| 0.600 |  |")
 
 
 def test_grid_statistics_by_hand(tmp_path):
