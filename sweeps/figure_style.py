@@ -9,6 +9,7 @@ context-extension recipe (`METHOD_COLOURS`), bands and the figure's one legend (
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 
 import pandas as pd
@@ -36,13 +37,19 @@ def _any_table(fig_fn):
   return wrapper
 
 
+def _shown(value) -> str:
+  """A config value in a legend: an empty or missing field reads "none"."""
+  missing = value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+  return "none" if missing else str(value)
+
+
 def curve_labels(frame) -> pd.Series:
   """Legend label of every row: the scheme, the config fields that vary between runs apart from
   seeds and eval settings (the `cfg.*` columns sweeps.collect.configuration_columns groups the
   summary by, e.g. model size), and the eval-time extension with its factor. A warm-started
   child (a `method` column, the context-extension recipes) is named by its method; the fields
   shown are those that vary among the from-scratch runs (a recipe's own fields, its learning
-  rate or factors, would otherwise fill the legend)."""
+  rate or factors, would otherwise fill the legend); an empty field reads "none"."""
   methods = (frame["method"].astype(object).fillna("").astype(str) if "method" in frame
              else pd.Series("", index=frame.index))
   scratch = frame[methods == ""] if (methods == "").any() else frame
@@ -54,7 +61,7 @@ def curve_labels(frame) -> pd.Series:
     method = row.get("method")
     if isinstance(method, str) and method:
       parts.append(f"[{method}]")
-    parts += [f"{c.rsplit('.', 1)[-1]}={row[c]}" for c in varying]
+    parts += [f"{c.rsplit('.', 1)[-1]}={_shown(row[c])}" for c in varying]
     ext = row.get("extension")
     if isinstance(ext, str) and ext != "none":
       factor = row.get("extension_factor")

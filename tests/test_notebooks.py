@@ -246,6 +246,10 @@ def test_warm_started_children_are_labelled_by_method_not_by_their_recipe_fields
   assert list(figure_style.curve_labels(frame)) == [
       "rope fraction=0.0", "rope fraction=0.25", "rope [pi] fraction=0.0",
       "rope [yarn] fraction=0.0", "alibi fraction=0.0"]
+  coupled = pd.DataFrame({"scheme": ["rope", "rope"], "extension": ["none", "none"],
+                          "cfg.data.task.position_coupling": ["", "addition"]})
+  assert list(figure_style.curve_labels(coupled)) == [  # an empty field reads none
+      "rope position_coupling=none", "rope position_coupling=addition"]
   pi = figure_style._style("rope [pi] fraction=0.0", [])
   assert pi["color"] == figure_style.METHOD_COLOURS["pi"] and pi["linestyle"] == "-"
   assert figure_style._style("alibi fraction=0.0", []) != pi
