@@ -7,7 +7,8 @@ absolute table, as the paper's small experiments (1 layer; they use 4 heads, d_m
 steps of 1,000 examples, learning rate 1e-4). Here a 1-layer, d_model 128 decoder, 3,000 steps of
 64 examples, one example per row (data.train_len = 94 = 3 * 30 + 4); training starts are drawn
 so ids stay <= coupling_max_position = eval_max_size + 2 = 102 (the paper: 202 for 200 digits),
-evaluation starts at 1. Not measured yet: raise --config.train.num_steps for a converged model.
+evaluation starts at 1. Measured against plain ids by sweeps/coupled_addition_cpu.py
+(results/coupled_addition_cpu.md); raise --config.train.num_steps toward the paper's budget.
 Our reversed-operand format: --config.data.task.name=addition.
 """
 
