@@ -7,7 +7,10 @@ checks that import them are in configs/validate.py).
 from __future__ import annotations
 
 import ast
+import difflib
 import math
+import os
+import re
 import sys
 
 
@@ -16,6 +19,35 @@ class ConfigError(ValueError):
 
   The message is one line that names the field and the allowed values.
   """
+
+
+def what_exists(path: str, suffix: str, default_dir: str = ".", limit: int = 16) -> str:
+  """The tail of a "no such file" message for `path`: among the files (with suffix "/", the
+  folders) ending in `suffix` in the folder `path` names (`default_dir` when it names none),
+  "; did you mean <the closest names>?" when some are close (difflib), else "; <folder> holds:
+  a, b, ..." (sorted, at most `limit`, then a count); "" when there are none or the folder does
+  not exist.
+
+  E.g. what_exists("configs/alibi_tinyy.py", ".py") -> "; did you mean configs/alibi_tiny.py?"
+  """
+  folder = os.path.dirname(path.rstrip("/")) or default_dir
+  try:
+    entries = sorted(os.listdir(folder))
+  except OSError:
+    return ""
+  if suffix == "/":
+    names = [e + "/" for e in entries
+             if os.path.isdir(os.path.join(folder, e)) and not e.startswith((".", "_"))]
+  else:
+    names = [e for e in entries if e.endswith(suffix) and not e.startswith((".", "_"))]
+  if not names:
+    return ""
+  wanted = os.path.basename(path.rstrip("/")) + ("/" if suffix == "/" else "")
+  close = difflib.get_close_matches(wanted, names, n=3, cutoff=0.75)
+  if close:
+    return "; did you mean " + " or ".join(os.path.join(folder, c) for c in close) + "?"
+  more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
+  return f"; {os.path.join(folder, '')} holds: " + ", ".join(names[:limit]) + more
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -249,5 +281,7 @@ def config_from_flag(config):
     config.to_dict()
   except OSError as e:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    raise ConfigError(f"--config could not be loaded: {lines[-1] if lines else e}") from None
+    named = re.search(r"No such file or directory: '([^']+)'", str(e))
+    hint = what_exists(named.group(1), ".py", default_dir="configs") if named else ""
+    raise ConfigError(f"--config could not be loaded: {lines[-1] if lines else e}{hint}") from None
   return config

@@ -27,7 +27,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from configs.errors import ConfigError
+from configs.errors import ConfigError, what_exists
 from eval import suites as suites_registry
 from runs import command_line
 from sweeps.collect import stale_runs, summarize
@@ -71,7 +71,7 @@ def read_table(path: str):
     raise FileNotFoundError(f"{path} holds no results.parquet or results.csv "
                             "(run python -m sweeps.collect on the study folder first)")
   if not os.path.exists(path):
-    raise FileNotFoundError(f"no results table at {path}")
+    raise FileNotFoundError(f"no results table at {path}" + what_exists(path, "/"))
   if os.path.isdir(path) or not path.endswith((".parquet", ".csv")):
     raise ValueError(f"{path} is not a results .parquet / .csv file (sweeps.collect writes "
                      "<study>/results.parquet and results.csv)")

@@ -73,7 +73,7 @@ import numpy as np
 import pandas as pd
 from absl import flags
 
-from configs.errors import ConfigError
+from configs.errors import ConfigError, what_exists
 from runs import command_line
 from runs.files import atomic_write
 from eval import needle
@@ -566,7 +566,9 @@ def main(argv):
     raise ConfigError(f"no page given; usage: {USAGE}")
   for page in pages:
     if not os.path.isfile(page):
-      raise ConfigError(f"{page}: no such page")
+      raise ConfigError(f"{page}: no such page (a findings page is a .md file)"
+                        + what_exists(page if page.endswith(".md") else page.rstrip("/") + ".md",
+                                      ".md", default_dir="results"))
     if not _CHECK.value:  # rewritten in place: every page's folder checked before any is
       command_line.check_writable(page, "page", folder=False)
   if _CHECK.value:

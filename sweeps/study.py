@@ -97,6 +97,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import ml_collections
 
+from configs.errors import what_exists
 from sweeps.child_runs import CHILD_KEYS, child_run
 from sweeps.overrides import REPO_ROOT, StudyError, apply_overrides, get_field, load_config_file
 from sweeps.run_names import run_name, short_names
@@ -445,7 +446,9 @@ def load_study(spec: str) -> Study:
   if spec.endswith(".py") or os.sep in spec:
     path = os.path.abspath(spec)
     if not os.path.isfile(path):
-      raise StudyError(f"study file {spec!r} does not exist")
+      raise StudyError(f"study file {spec!r} does not exist"
+                       + what_exists(spec if spec.endswith(".py") else spec + ".py", ".py",
+                                     default_dir="sweeps"))
     mod_spec = importlib.util.spec_from_file_location(
         "_sweep_study_" + hashlib.sha1(path.encode()).hexdigest()[:8], path)
     module = importlib.util.module_from_spec(mod_spec)

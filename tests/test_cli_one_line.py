@@ -47,6 +47,14 @@ CASES = [
      "--root={file} is a file"),
     ("launch integer flag", "sweeps.launch", ["{boom}", "--parallel=two"],
      "--parallel takes an integer"),
+    ("launch misspelled study", "sweeps.launch", ["sweeps/plain_text.py", "--dry_run"],
+     "study file 'sweeps/plain_text.py' does not exist; did you mean sweeps/plain_text_cpu.py?"),
+    ("findings page without .md", "sweeps.findings", ["results/budget_cpu"],
+     "results/budget_cpu: no such page (a findings page is a .md file); did you mean "
+     "results/budget_cpu.md?"),
+    ("figures misspelled table", "sweeps.figures", ["results/budget_cp", "--figure=x",
+                                                    "--out={tmp}/x.png"],
+     "no results table at results/budget_cp; did you mean results/budget_cpu/?"),
     ("findings unknown flag", "sweeps.findings", ["--chek", "{ro}/page.md"],
      "Unknown command line flag 'chek'"),
     ("findings page read-only", "sweeps.findings", ["{ro}/page.md"],
@@ -178,3 +186,18 @@ def test_check_writable_creates_nothing_and_names_the_flag(tmp_path):
   for bad in (["0"], [], ["1", "nan"]):
     with pytest.raises(ConfigError, match=r"^--n takes a comma-separated list of integers >= 1"):
       numbers(bad, "--n", int, 1)
+
+
+def test_what_exists_names_close_files_or_lists_the_folder(tmp_path):
+  from configs.errors import what_exists
+  for name in ("alibi_tiny.py", "rope_tiny.py", "notes.txt", "_private.py"):
+    (tmp_path / name).write_text("")
+  (tmp_path / "study_a").mkdir()
+  assert what_exists(str(tmp_path / "alibi_tinny.py"), ".py") == (
+      f"; did you mean {tmp_path / 'alibi_tiny.py'}?")
+  assert what_exists(str(tmp_path / "zzz.py"), ".py") == (
+      f"; {tmp_path}/ holds: alibi_tiny.py, rope_tiny.py")
+  assert what_exists(str(tmp_path / "zzz.py"), ".py", limit=1) == (
+      f"; {tmp_path}/ holds: alibi_tiny.py, ... (1 more)")
+  assert what_exists(str(tmp_path / "study_b"), "/") == f"; did you mean {tmp_path / 'study_a'}/?"
+  assert what_exists(str(tmp_path / "none" / "x.py"), ".py") == ""  # no such folder

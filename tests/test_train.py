@@ -345,6 +345,16 @@ def test_cli_config_file_that_cannot_load_fails_in_one_line(text, message, tmp_p
   assert proc.stderr.strip().startswith(message), proc.stderr
 
 
+def test_a_misspelled_config_file_names_the_close_ones(tmp_path):
+  proc = forked.run([os.path.join(ROOT, "train.py"), "--config=configs/alibi_tinyy.py",
+                     f"--workdir={tmp_path / 'w'}"], cwd=ROOT,
+                    env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)
+  assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+  assert proc.stderr.strip().endswith("'configs/alibi_tinyy.py'; did you mean "
+                                      "configs/alibi_tiny.py?"), proc.stderr
+  assert not os.path.exists(tmp_path / "w")
+
+
 def test_cli_workdir_that_is_a_file(tmp_path):
   target = tmp_path / "file"
   target.write_text("keep me")
