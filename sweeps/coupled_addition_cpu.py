@@ -24,9 +24,10 @@ what two cores allow, so a failure here is a statement about this budget, not ab
   python -m sweeps.publish workdirs/sweeps/coupled_addition_cpu results/coupled_addition_cpu
   python -m sweeps.collect results/coupled_addition_cpu
 
-Cost, planned from the 20-step smoke runs of the config (1 min 51 s each, most of it evaluation at
-100 sizes) and the copy task's 2-layer training speed: about 10 min per run, 18 runs, about 1.5 h
-with two runs side by side on 2 free cores. Not yet run: no committed tables.
+Cost, measured on 2026-12-07 (the 2-core AMD EPYC machine, two runs side by side, training and
+the exact-match evaluation at 100 sizes): 11-13 min per run, FIRE 22-23 min, about 2 h for the
+18 runs. Committed run by run in results/coupled_addition_cpu/ (page:
+results/coupled_addition_cpu.md).
 """
 
 from sweeps.study import Study, cross, zip_
@@ -50,6 +51,6 @@ STUDY = Study(
     config="configs/task_addition_coupled.py",
     points=points,
     description="position coupling (learned, rope) vs none/rope/alibi/fire on plain ids, "
-                "addition trained 1..30 digits, exact match 1..100, 3 seeds; about 1.5 h on "
+                "addition trained 1..30 digits, exact match 1..100, 3 seeds; about 2 h on "
                 "2 free cores",
 )
