@@ -37,8 +37,9 @@ def _any_table(fig_fn):
   return wrapper
 
 
-def _shown(value) -> str:
-  """A config value in a legend: an empty or missing field reads "none"."""
+def field_text(value) -> str:
+  """A configuration column's value as a table or legend shows it: an empty or missing field
+  (None, "", NaN: a run whose config leaves it unset) reads "none"."""
   missing = value is None or value == "" or (isinstance(value, float) and math.isnan(value))
   return "none" if missing else str(value)
 
@@ -61,7 +62,7 @@ def curve_labels(frame) -> pd.Series:
     method = row.get("method")
     if isinstance(method, str) and method:
       parts.append(f"[{method}]")
-    parts += [f"{c.rsplit('.', 1)[-1]}={_shown(row[c])}" for c in varying]
+    parts += [f"{c.rsplit('.', 1)[-1]}={field_text(row[c])}" for c in varying]
     ext = row.get("extension")
     if isinstance(ext, str) and ext != "none":
       factor = row.get("extension_factor")

@@ -78,6 +78,7 @@ from runs import command_line
 from runs.files import atomic_write
 from eval import needle
 from sweeps import collect
+from sweeps.figure_style import field_text
 
 BLOCK = re.compile(r"(<!-- table (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end table -->)", re.S)
 KINDS = ("pivot", "tasks", "grid", "runs", "paired", "context_use", "curve", "ruler")
@@ -186,8 +187,7 @@ def row_label(keys: dict) -> str:
     elif column == "task":
       parts.append(str(value).replace("_", " "))
     elif column.startswith("cfg."):
-      empty = value is None or value == "" or (isinstance(value, float) and math.isnan(value))
-      parts.append(f"{column.rsplit('.', 1)[1]}={'none' if empty else value}")
+      parts.append(f"{column.rsplit('.', 1)[1]}={field_text(value)}")
     else:
       parts.append(f"{column}={value:g}" if isinstance(value, float) else f"{column}={value}")
   return " ".join(parts)
@@ -367,9 +367,7 @@ def render_paired(frame: pd.DataFrame, options: dict) -> str:
 
   def is_base(key) -> bool:
     key = key if isinstance(key, tuple) else (key,)
-    shown = ["none" if k is None or k == "" or (isinstance(k, float) and math.isnan(k))
-             else str(k) for k in key]
-    return shown[:len(wanted)] == wanted
+    return [field_text(k) for k in key][:len(wanted)] == wanted
   base = [rows for key, rows in groups if is_base(key)]
   if len(base) != 1:
     raise ConfigError(f"kind=paired needs baseline=<one value of {keys[0]}> (or values of the "

@@ -38,7 +38,8 @@ def launch_local(study: Study, planned: Sequence[Planned], *, python: str, paral
   (--devices_per_run, sweeps/local_pack.py), each run on the first free slot, confined to its
   devices (`parallel` <= len(slots)). With `publish_to` (--published), each run that finishes
   is copied to `<publish_to>/<study>/<run>` as sweeps.publish copies it (no checkpoints), with
-  the study's study.json (and selection.json); a copy that fails makes the run's outcome "failed" with the reason."""
+  the study's study.json (and selection.json); a copy that fails makes the run's outcome
+  "failed" with the reason."""
   config_arg = study.config_arg()
   todo = [p for p in planned if p.pending]
   steps_of = ((lambda p: one_process_steps(run_steps(p, python, config_arg))) if slots
