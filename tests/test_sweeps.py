@@ -540,7 +540,12 @@ def test_context_extension_study_lists_every_child_with_its_parent():
   runs = [line for line in dry.stdout.splitlines() if line.startswith("# run ")]
   parents = [r for r in runs if "warm start" not in r]
   children = [r for r in runs if "warm start" in r]
-  assert len(parents) == 6 and len(children) == 2 * 8 + 2 * 3, runs
+  # RoPE and ALiBi parents (2 seeds); the retrieval track's RoPE and ALiBi parents (3 seeds)
+  assert len(parents) == 2 * 2 + 2 * 3 and len(children) == 2 * 8 + 3 * 3, runs
+  for seed in (0, 1, 2):
+    for kind in ("rope", "alibi"):
+      assert any(f"# run kind={kind},num_steps=1500,passkey.fraction=0.75,passkey.preamble=False,"
+                 f"seed={seed},shuffle_seed={seed} (to train)" in r for r in runs), (kind, seed)
   for method in ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope"):
     for seed in (0, 1):
       name = f"extend_{method}_4--kind=rope,seed={seed},shuffle_seed={seed}"
