@@ -169,14 +169,17 @@ STEP_ZERO = {"none": "extrapolation", "pi": "pi", "yarn": "yarn", "ntk": "ntk", 
 
 def budget_rows(frame) -> pd.DataFrame:
   """The perplexities of checkpoints evaluated with `eval.step` (the `step_tag` column), as rows
-  (method, seed, step, length, ppl): the children's at their tagged step, and each parent's
-  eval-only result (extension none / pi / yarn ...) as its recipe's step 0. Empty without tags."""
+  (method, seed, step, length, ppl): the children's at their tagged steps, and each parent's
+  eval-only result (extension none / pi / yarn ...) as its recipe's step 0. Only children with
+  two or more tagged steps (a budget curve) count: a child evaluated at one step (a YaRN child of
+  another factor, say) is no point of the curves of its method. Empty without tags."""
   if "step_tag" not in frame:
     return pd.DataFrame(columns=["method", "seed", "step", "length", "ppl"])
   rows = frame[(frame["suite"] == "ppl_vs_length") & frame["step_tag"].notna()
                & frame["ppl"].notna()]
   method = rows["method"].fillna("").astype(str)
   children = rows[method != ""].assign(method=method[method != ""], step=rows["step_tag"])
+  children = children[children.groupby("run")["step_tag"].transform("nunique") > 1]
   parents = rows[method == ""]
   parents = parents[parents["extension"].isin(list(STEP_ZERO))].assign(
       method=lambda r: r["extension"].map(STEP_ZERO), step=0)
@@ -223,10 +226,17 @@ def fig_fine_tuning_budget(frame, baseline: str = "extrapolation"):
           axes[1, col].fill_between(diff.index, diff["min"], diff["max"], color=colour,
                                     alpha=0.15)
     axes[0, col].set_title(f"evaluated at {length:,} tokens", fontsize=9)
-    axes[0, col].set_ylabel("perplexity per token")
+    _log_ppl_axis(axes[0, col])  # step 0 of an eval-only scaling can be 10x the rest
     axes[1, col].axhline(0.0, color="#333333", linewidth=0.8)
-    axes[1, col].set_ylabel(f"perplexity minus {baseline}'s (same seed)")
+    axes[1, col].set_yscale("symlog", linthresh=1.0)
+    axes[1, col].set_ylabel(f"perplexity minus {baseline}'s (same seed;\nlinear within ±1, "
+                            "log beyond)")
+    steps = sorted(at["step"].unique())
+    linthresh = max(steps[1] if len(steps) > 1 else 1, 1)
     for ax in axes[:, col]:
+      ax.set_xscale("symlog", linthresh=linthresh)  # doublings of the budget evenly spaced
+      ax.set_xticks(steps, [str(s) for s in steps])
+      ax.set_xlim(-0.2 * linthresh, steps[-1] * 1.2)
       ax.set_xlabel("fine-tuning steps (0 = the parent, eval-time scaling only)")
       ax.grid(True, alpha=0.3)
   fig.suptitle("Perplexity against fine-tuning steps per recipe (top) and paired by seed against "
