@@ -31,10 +31,10 @@ paired difference of perplexity at L and at 4L with its t-interval over the 3 se
       --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.collect workdirs/sweeps/finetune_budget_cpu
 
-Cost, from the context-extension study's measured steps (a 900-step parent about 15-30 min,
-a step of 4 x 1,024 tokens 1-2 s on 2 shared cores): parents about 1 h, the 9 budget children
-(720 steps each) about 3 h, the 9 short children and the evaluations about 1 h: about 5 h on 2
-cores, resumable (each run restarts from its last checkpoint).
+Cost, measured on 2026-12-07 (AMD EPYC, 2 cores, --parallel=2, little other load): each
+parent about 11 min of its slot with its evaluations, each 720-step child 11-13 min with its five
+checkpoint evaluations, the short children a few minutes each; the 19 runs took 1 h 13 min of
+wall time. Resumable: each run restarts from its last checkpoint.
 """
 
 from sweeps.study import Study, cross, zip_
@@ -95,5 +95,5 @@ STUDY = Study(
     common={"eval.length_multipliers": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)},
     description="3 RoPE parents -> extrapolation / PI / YaRN at s=4 fine-tuned 720 steps, test "
                 "perplexity at L and 4L at steps 45..720; YaRN s=8/16 at 4L; LongRoPE searched on "
-                "validation, scored on test; about 5 h on 2 cores",
+                "validation, scored on test; about 1.5 h on 2 free cores",
 )
