@@ -10,12 +10,12 @@ use the validation plays):
     evaluated on the test split at L and 4L as trained and with PI and YaRN at s = 4 applied at
     evaluation only: the fine-tuning curves' step 0.
   * **Budget children** (configs/extend_{extrapolation,pi,yarn}.py at s = 4: train_len 4L =
-    1,024, 4 x 1,024 tokens per step, the parent's peak learning rate / 15 after 5 warmup steps,
-    then **constant**, no weight decay): **720 steps** instead of the recipes' 90 (80% of the
-    parent's tokens), a checkpoint every 45 steps (all 16 kept), each of steps 45, 90, 180, 360
-    and 720 evaluated on the test split at L and 4L (`eval.step`: files `*_step<N>.json`). With a
-    constant learning rate after warmup, the checkpoint at step N is the model a run of N steps
-    would be, up to the data order.
+    1,024, 4 x 1,024 tokens per step, the parent's peak learning rate / 15 after 4 warmup
+    steps (5% of the recipe's 90, rounded), then **constant**, no weight decay): **720 steps**
+    instead of the recipes' 90 (80% of the parent's tokens), a checkpoint every 45 steps (all
+    16 kept), each of steps 45, 90, 180, 360 and 720 evaluated on the test split at L and 4L
+    (`eval.step`: files `*_step<N>.json`). With a constant learning rate after warmup, the
+    checkpoint at step N is the model a run of N steps would be, up to the data order.
   * **YaRN within its claim**: YaRN children at s = 8 and s = 16 fine-tuned at 4L (the recipe's
     budget, 90 steps of 4 x 1,024) and evaluated at 8L and 16L on the test split, where the paper
     says a factor-s model works (Peng et al., arXiv 2309.00071: up to s L).
