@@ -21,12 +21,14 @@ class ConfigError(ValueError):
   """
 
 
-def what_exists(path: str, suffix: str, default_dir: str = ".", limit: int = 16) -> str:
+def what_exists(path: str, suffix: str, default_dir: str = ".", limit: int = 16,
+                holds: str = "") -> str:
   """The tail of a "no such file" message for `path`: among the files (with suffix "/", the
   folders) ending in `suffix` in the folder `path` names (`default_dir` when it names none),
-  "; did you mean <the closest names>?" when some are close (difflib), else "; <folder> holds:
-  a, b, ..." (sorted, at most `limit`, then a count); "" when there are none or the folder does
-  not exist.
+  and, with `holds`, only the files whose text contains it (e.g. "def get_config": the configs,
+  not their helper modules), "; did you mean <the closest names>?" when some are close
+  (difflib), else "; <folder> holds: a, b, ..." (sorted, at most `limit`, then a count); "" when
+  there are none or the folder does not exist.
 
   E.g. what_exists("configs/alibi_tinyy.py", ".py") -> "; did you mean configs/alibi_tiny.py?"
   """
@@ -39,7 +41,8 @@ def what_exists(path: str, suffix: str, default_dir: str = ".", limit: int = 16)
     names = [e + "/" for e in entries
              if os.path.isdir(os.path.join(folder, e)) and not e.startswith((".", "_"))]
   else:
-    names = [e for e in entries if e.endswith(suffix) and not e.startswith((".", "_"))]
+    names = [e for e in entries if e.endswith(suffix) and not e.startswith((".", "_"))
+             and (not holds or _contains(os.path.join(folder, e), holds))]
   if not names:
     return ""
   wanted = os.path.basename(path.rstrip("/")) + ("/" if suffix == "/" else "")
@@ -48,6 +51,15 @@ def what_exists(path: str, suffix: str, default_dir: str = ".", limit: int = 16)
     return "; did you mean " + " or ".join(os.path.join(folder, c) for c in close) + "?"
   more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
   return f"; {os.path.join(folder, '')} holds: " + ", ".join(names[:limit]) + more
+
+
+def _contains(path: str, text: str) -> bool:
+  """Whether the file at `path` contains `text` (False when it cannot be read)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return text in f.read()
+  except (OSError, UnicodeDecodeError):
+    return False
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -169,8 +181,27 @@ def exit_bad_override(error: Exception, argv: list[str], config=None):
   if "Did you mean" not in detail:
     config = config if config is not None else _parsed_config(argv)
     fields = [f for f in (_unknown_field(o, config) for o in overrides) if f]
+    if detail.startswith("flag --config."):  # a value of the wrong type: say what it takes
+      fields.append(_takes(detail.removeprefix("flag --").partition("=")[0], config))
   print(f"error: {prefix}{detail}{''.join(fields)}", file=sys.stderr)
   sys.exit(2)
+
+
+_TAKES = ((bool, "true or false"), (int, "an integer"), (float, "a number"),
+          (str, "a string"), (tuple, "a comma-separated list (e.g. 0.5,1,2)"))
+
+
+def _takes(flag: str, config) -> str:
+  """"; --config.<field> takes <what>" from the type of the field's value in `config` (the value
+  a wrong-typed override failed to replace); "" when the field or its type is unknown."""
+  value = config
+  try:
+    for key in flag.removeprefix("config.").split("."):
+      value = value[key]
+  except (KeyError, TypeError, AttributeError):
+    return ""
+  what = next((text for kind, text in _TAKES if isinstance(value, kind)), "")
+  return f"; --{flag} takes {what}" if what else ""
 
 
 def _parsed_config(argv: list[str]):
@@ -282,6 +313,7 @@ def config_from_flag(config):
   except OSError as e:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     named = re.search(r"No such file or directory: '([^']+)'", str(e))
-    hint = what_exists(named.group(1), ".py", default_dir="configs") if named else ""
+    hint = (what_exists(named.group(1), ".py", default_dir="configs", holds="\ndef get_config(")
+            if named else "")
     raise ConfigError(f"--config could not be loaded: {lines[-1] if lines else e}{hint}") from None
   return config

@@ -570,11 +570,15 @@ def main(argv):
     if not _CHECK.value:  # rewritten in place: every page's folder checked before any is
       command_line.check_writable(page, "page", folder=False)
   if _CHECK.value:
+    tables = {page: len(BLOCK.findall(open(page, encoding="utf-8").read())) for page in pages}
+    for page in [p for p, n in tables.items() if not n]:
+      print(f"note: {page} has no table block (<!-- table ... -->): nothing in it to check")
     stale = stale_pages(pages)
     for page in stale:
       print(f"stale: {page} (python -m sweeps.findings {page} rewrites its tables)")
     if not stale:
-      print(f"{len(pages)} page(s) current: every table is what the committed data give")
+      print(f"{len(pages)} page(s), {sum(tables.values())} table(s) current: every table is what "
+            "the committed data give")
     return 1 if stale else 0
   for page in pages:
     text = render_page(page)

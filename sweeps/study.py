@@ -448,7 +448,7 @@ def load_study(spec: str) -> Study:
     if not os.path.isfile(path):
       raise StudyError(f"study file {spec!r} does not exist"
                        + what_exists(spec if spec.endswith(".py") else spec + ".py", ".py",
-                                     default_dir="sweeps"))
+                                     default_dir="sweeps", holds="\nSTUDY = Study("))
     mod_spec = importlib.util.spec_from_file_location(
         "_sweep_study_" + hashlib.sha1(path.encode()).hexdigest()[:8], path)
     module = importlib.util.module_from_spec(mod_spec)

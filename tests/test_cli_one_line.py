@@ -201,3 +201,6 @@ def test_what_exists_names_close_files_or_lists_the_folder(tmp_path):
       f"; {tmp_path}/ holds: alibi_tiny.py, ... (1 more)")
   assert what_exists(str(tmp_path / "study_b"), "/") == f"; did you mean {tmp_path / 'study_a'}/?"
   assert what_exists(str(tmp_path / "none" / "x.py"), ".py") == ""  # no such folder
+  (tmp_path / "rope_tiny.py").write_text("import x\n\ndef get_config():\n  pass\n")
+  assert what_exists(str(tmp_path / "zzz.py"), ".py", holds="\ndef get_config(") == (
+      f"; {tmp_path}/ holds: rope_tiny.py")  # helper modules are no configs

@@ -43,6 +43,12 @@ def test_check_flags_a_page_whose_table_was_edited_by_hand(tmp_path):
   assert proc.returncode == 1 and f"stale: {page}" in proc.stdout, proc.stdout + proc.stderr
   proc = forked.run(cli[:2] + [str(page)], cwd=ROOT, timeout=300)
   assert proc.returncode == 0 and "| `rope` | 0.275" in page.read_text()
+  plain = tmp_path / "prose.md"  # a page without tables is named, not counted as checked
+  plain.write_text("# prose only\n")
+  proc = forked.run(cli[:3] + [str(page), str(plain)], cwd=ROOT, timeout=300)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert f"note: {plain} has no table block" in proc.stdout
+  assert "2 page(s), 2 table(s) current" in proc.stdout
 
 
 def ppl_table(values_by_scheme):

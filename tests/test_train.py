@@ -239,6 +239,10 @@ def run_cli(args, tmp_path):
     (["--config.model.num_heads=5"], "model.num_heads"),
     (["--config.eval.suitez=passkey"], 'Did you mean "suites"'),  # ml_collections' KeyError
     (["--config.train.num_steps=many"], "--config.train.num_steps=many"),  # wrong type
+    (["--config.model.num_layers=abc"], "; --config.model.num_layers takes an integer"),
+    (["--config.train.write_plots=maybe"], "; --config.train.write_plots takes true or false"),
+    (["--config.eval.length_multipliers=-1,abc"],
+     "written as numbers separated by commas (e.g. 0.5,1,2); got ('-1,abc',)"),
     # No near miss: the fields that exist at that level are listed.
     (["--config.model.foo=1"], "config.model has no field 'foo' (its fields: attention_chunk, "),
     (["--config.model.position.zz=1"], "(its fields: abacus_max_offset, abacus_num_embeddings, abf_theta, "),
