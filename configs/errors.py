@@ -187,8 +187,9 @@ def exit_bad_override(error: Exception, argv: list[str], config=None):
   sys.exit(2)
 
 
-_TAKES = ((bool, "true or false"), (int, "an integer"), (float, "a number"),
-          (str, "a string"), (tuple, "a comma-separated list (e.g. 0.5,1,2)"))
+# What a value of each type takes, in words (the flag errors of runs.command_line use it too).
+TAKES = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+         tuple: "a comma-separated list (e.g. 0.5,1,2)"}
 
 
 def _takes(flag: str, config) -> str:
@@ -200,7 +201,7 @@ def _takes(flag: str, config) -> str:
       value = value[key]
   except (KeyError, TypeError, AttributeError):
     return ""
-  what = next((text for kind, text in _TAKES if isinstance(value, kind)), "")
+  what = next((text for kind, text in TAKES.items() if isinstance(value, kind)), "")  # bool first
   return f"; --{flag} takes {what}" if what else ""
 
 

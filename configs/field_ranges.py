@@ -295,11 +295,11 @@ def check_value(path: str, value, rng: Range) -> None:
   else:
     ok = rng.admits(value)
   if not ok:
-    big = [v for v in (value if isinstance(value, (list, tuple)) else [value])
+    values = value if isinstance(value, (list, tuple)) else [value]
+    big = [v for v in values
            if isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT32_MAX]
     limit = " (int32: |value| <= 2147483647)" if big else ""
-    text = [v for v in (value if isinstance(value, (list, tuple)) else [value])
-            if isinstance(v, str)]  # a flag value the parser could not read as numbers
+    text = [v for v in values if isinstance(v, str)]  # a flag value not read as numbers
     how = ", written as numbers separated by commas (e.g. 0.5,1,2)" if rng.each and text else ""
     raise ConfigError(f"{path} must be {rng.describe()}{limit}{how}; got {value!r}")
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from typing import Callable, NoReturn
 
-from configs.errors import ConfigError, parse_flags
+from configs.errors import TAKES as VALUE_TAKES, ConfigError, parse_flags
 
 
 def check_writable(path: str, flag: str, *, folder: bool = True) -> None:
@@ -138,7 +138,8 @@ def run(main: Callable[[list[str]], int | None], *, usage: str,
   app.run(checked, flags_parser=_parse_flags)
 
 
-TAKES = {"int": "an integer", "float": "a number", "bool": "true or false (--{0} or --no{0})"}
+TAKES = {"int": VALUE_TAKES[int], "float": VALUE_TAKES[float],
+         "bool": VALUE_TAKES[bool] + " (--{0} or --no{0})"}  # by absl's flag_type()
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
