@@ -77,6 +77,10 @@ FACTOR = 4  # target length 4L = 1,024 tokens
 LM_METHODS = ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope")
 PASSKEY_METHODS = ("extrapolation", "pi", "yarn")
 PASSKEY = {"data.passkey.fraction": 0.75, "data.passkey.preamble": False, "train.num_steps": 1500}
+ALIBI_RETRIEVAL_STEPS = 3000  # the 1,500-step ALiBi parents did not learn the lookup
+PASSKEY_EVALS = ({"eval.suites": "passkey", "eval.passkey.trials": 3},
+                 {"eval.suites": "passkey", "eval.passkey.trials": 3,
+                  "eval.extension": "self_extend", "eval.factor": 8.0})
 SLIDING = {"eval.protocol": "sliding", "eval.stride": 0,
            "eval.suites": "ppl_vs_length,loss_by_position"}
 ATTENTION = {"eval.suites": "attention", "eval.attention.windows": 4}
@@ -106,20 +110,24 @@ def points() -> list[dict]:
   alibi = cross(SEEDS, [{"model.position.kind": "alibi"}])
   retrieval = cross(RETRIEVAL_SEEDS, [{"model.position.kind": "rope", **PASSKEY}])
   retrieval_alibi = cross(RETRIEVAL_SEEDS, [{"model.position.kind": "alibi", **PASSKEY}])
+  retrieval_alibi_long = cross(RETRIEVAL_SEEDS, [{"model.position.kind": "alibi", **PASSKEY,
+                                                  "train.num_steps": ALIBI_RETRIEVAL_STEPS}])
   out = []
   for parent in (*rope, *alibi):
     out += [parent, {**parent, **SLIDING}, {**parent, **ATTENTION}]
   for parent in rope:
     out += [{**parent, **c} for c in CONTROLS]
   for parent in (*retrieval, *retrieval_alibi):
-    out += [parent, {**parent, "eval.suites": "passkey", "eval.passkey.trials": 3}]
+    out += [parent, {**parent, **PASSKEY_EVALS[0]}]
+  for parent in retrieval_alibi_long:
+    out += [parent, *({**parent, **e} for e in PASSKEY_EVALS)]
   for parent in rope:
     for method in LM_METHODS:
       out += [child(parent, method), child(parent, method, SLIDING),
               child(parent, method, ATTENTION)]
   for parent in retrieval:
     for method in PASSKEY_METHODS:
-      out += [child(parent, method, {"eval.suites": "passkey", "eval.passkey.trials": 3})]
+      out += [child(parent, method, PASSKEY_EVALS[0])]
   return out
 
 
