@@ -531,21 +531,32 @@ def test_recipe_arguments_accept_a_parent_path_with_commas(tmp_path):
     extension_recipes.parse_arg(f"{parent},x", "f")
 
 
-def test_context_extension_study_lists_every_child_with_its_parent():
+def test_context_extension_study_lists_every_child_with_its_parent(tmp_path):
   # The command as written: the local backend's root defaults to workdirs/sweeps.
+  default = launch_cli("sweeps/context_extension_cpu.py", "--backend=local", "--dry-run",
+                       "--num_devices=1")
+  assert default.returncode == 0, default.stderr[-3000:]
+  assert f"root {os.path.join(ROOT, 'workdirs', 'sweeps')}\n" in default.stdout
+  # The plan of a root with nothing in it (workdirs/sweeps may hold this machine's runs).
+  root = str(tmp_path / "sweeps")
   dry = launch_cli("sweeps/context_extension_cpu.py", "--backend=local", "--dry-run",
-                   "--num_devices=1")
-  root = os.path.join(ROOT, "workdirs", "sweeps")
+                   "--num_devices=1", f"--root={root}")
   assert dry.returncode == 0, dry.stderr[-3000:]
   runs = [line for line in dry.stdout.splitlines() if line.startswith("# run ")]
   parents = [r for r in runs if "warm start" not in r]
   children = [r for r in runs if "warm start" in r]
-  # RoPE and ALiBi parents (2 seeds); the retrieval track's RoPE and ALiBi parents (3 seeds)
-  assert len(parents) == 2 * 2 + 2 * 3 and len(children) == 2 * 8 + 3 * 3, runs
+  # RoPE and ALiBi parents (2 seeds); the retrieval track's RoPE parents and ALiBi parents of
+  # 1,500 and 3,000 steps (3 seeds)
+  assert len(parents) == 2 * 2 + 3 * 3 and len(children) == 2 * 8 + 3 * 3, runs
   for seed in (0, 1, 2):
-    for kind in ("rope", "alibi"):
-      assert any(f"# run kind={kind},num_steps=1500,passkey.fraction=0.75,passkey.preamble=False,"
-                 f"seed={seed},shuffle_seed={seed} (to train)" in r for r in runs), (kind, seed)
+    for kind, steps in (("rope", 1500), ("alibi", 1500), ("alibi", 3000)):
+      name = (f"kind={kind},num_steps={steps},passkey.fraction=0.75,passkey.preamble=False,"
+              f"seed={seed},shuffle_seed={seed}")
+      assert f"# run {name} (to train)" in runs, (kind, steps, seed)
+      # the parents the retrieval table shows are scored as trained and with Self-Extend x8
+      self_extend = [l for l in dry.stdout.splitlines() if f"--workdir={root}/context_extension_cpu/"
+                     f"{name} " in l and "--config.eval.extension=self_extend" in l]
+      assert len(self_extend) == (0 if (kind, steps) == ("alibi", 1500) else 1), name
   for method in ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope"):
     for seed in (0, 1):
       name = f"extend_{method}_4--kind=rope,seed={seed},shuffle_seed={seed}"
