@@ -46,15 +46,18 @@ def field_text(value) -> str:
 
 def curve_labels(frame) -> pd.Series:
   """Legend label of every row: the scheme, the config fields that vary between runs apart from
-  seeds and eval settings (the `cfg.*` columns sweeps.collect.configuration_columns groups the
-  summary by, e.g. model size), and the eval-time extension with its factor. A warm-started
+  seeds and eval settings (the columns sweeps.collect.configuration_columns groups the summary
+  by, e.g. num_steps, train_len or a `cfg.*` field, so that runs of two budgets or sizes are
+  never pooled into one curve), and the eval-time extension with its factor. A warm-started
   child (a `method` column, the context-extension recipes) is named by its method; the fields
   shown are those that vary among the from-scratch runs (a recipe's own fields, its learning
   rate or factors, would otherwise fill the legend); an empty field reads "none"."""
   methods = (frame["method"].astype(object).fillna("").astype(str) if "method" in frame
              else pd.Series("", index=frame.index))
   scratch = frame[methods == ""] if (methods == "").any() else frame
-  varying = [c for c in configuration_columns(frame.columns) if c.startswith("cfg.")
+  # num_params follows the scheme (a learned table adds parameters): it names no choice
+  varying = [c for c in configuration_columns(frame.columns)
+             if c not in ("scheme", "method", "num_params")
              and scratch[c].astype(str).nunique() > 1]  # str: a list field reads as an array
 
   def label(row) -> str:

@@ -250,6 +250,16 @@ def test_warm_started_children_are_labelled_by_method_not_by_their_recipe_fields
                           "cfg.data.task.position_coupling": ["", "addition"]})
   assert list(figure_style.curve_labels(coupled)) == [  # an empty field reads none
       "rope position_coupling=none", "rope position_coupling=addition"]
+  # Two budgets (or sizes) of one scheme are two curves, never pooled; num_params, which a
+  # learned table changes with the scheme, names no choice.
+  budgets = pd.DataFrame({"scheme": ["alibi", "alibi", "rope", "learned"],
+                          "num_steps": [1500, 3000, 1500, 1500],
+                          "num_params": [820_000, 820_000, 820_000, 853_000],
+                          "extension": ["none", "self_extend", "none", "none"],
+                          "extension_factor": [1.0, 8.0, 1.0, 1.0]})
+  assert list(figure_style.curve_labels(budgets)) == [
+      "alibi num_steps=1500", "alibi num_steps=3000 + self_extend x8", "rope num_steps=1500",
+      "learned num_steps=1500"]
   pi = figure_style._style("rope [pi] fraction=0.0", [])
   assert pi["color"] == figure_style.METHOD_COLOURS["pi"] and pi["linestyle"] == "-"
   assert figure_style._style("alibi fraction=0.0", []) != pi

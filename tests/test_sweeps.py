@@ -554,8 +554,9 @@ def test_context_extension_study_lists_every_child_with_its_parent(tmp_path):
               f"seed={seed},shuffle_seed={seed}")
       assert f"# run {name} (to train)" in runs, (kind, steps, seed)
       # the parents the retrieval table shows are scored as trained and with Self-Extend x8
-      self_extend = [l for l in dry.stdout.splitlines() if f"--workdir={root}/context_extension_cpu/"
-                     f"{name} " in l and "--config.eval.extension=self_extend" in l]
+      workdir = f"--workdir={root}/context_extension_cpu/{name} "
+      self_extend = [l for l in dry.stdout.splitlines()
+                     if workdir in l and "--config.eval.extension=self_extend" in l]
       assert len(self_extend) == (0 if (kind, steps) == ("alibi", 1500) else 1), name
   for method in ("extrapolation", "pi", "ntk", "yarn", "abf", "pose", "longrope", "drope"):
     for seed in (0, 1):
