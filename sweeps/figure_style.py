@@ -91,7 +91,8 @@ def band_stats(rows, x: str, y: str) -> pd.DataFrame:
 def band_text(ns) -> str:
   """What a figure's bands are, for its title, from the run counts `ns` of its points: "band =
   95% t-interval of the mean (n=3 seeds)", "band = range of 2 seeds (not an interval)", both, or
-  "one run per point (no band)"."""
+  "one run per point (no band)"; both on two lines, so that a title over a narrow axes stays
+  inside the figure."""
   ns = {int(n) for n in ns if n >= 2}
   parts = []
   if 2 in ns:
@@ -99,7 +100,7 @@ def band_text(ns) -> str:
   big = sorted(n for n in ns if n >= 3)
   if big:
     parts.append(f"band = 95% t-interval of the mean (n={','.join(map(str, big))} seeds)")
-  return "; ".join(parts) or "one run per point (no band)"
+  return ";\n".join(parts) or "one run per point (no band)"
 
 
 def _mean_band(frame, x: str, y: str):
@@ -158,16 +159,48 @@ def _style(label: str, extensions: list[str]) -> dict:
   if bracket:  # a warm-started child "<scheme> [<method>] ...": its recipe's colour
     method = rest.partition("]")[0]
     return {"color": METHOD_COLOURS.get(method, "#555555"), "linestyle": "-", "marker": "o"}
-  return scheme_style(scheme)
+  return scheme_style(scheme.split(" ")[0])  # "<scheme> num_steps=3000": the scheme's style
+
+
+SPARE_COLOURS = ("#117733", "#882255", "#44AA99", "#AA4499", "#661100", "#6699CC", "#888888")
+VARIANT_LINESTYLES = ("--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
+
+
+def curve_styles(labels: list[str]) -> dict[str, dict]:
+  """{label: matplotlib style} for the curves of one figure, no two alike: each label's `_style`,
+  then, in the order given, a curve that only varies a config field of an earlier one (the
+  same scheme or recipe and extension, e.g. "alibi num_steps=1500" and "alibi num_steps=3000")
+  keeps its colour in the next free line style, and a curve of another scheme or recipe whose
+  colour is taken (a recipe shares the scheme palette) gets the first colour no curve has."""
+  extensions = sorted(label for label in labels if " + " in label)
+  styles, owner = {}, {}  # colour -> the group that drew it first
+
+  def group(label: str) -> str:  # the label without its config fields ("name=value" words)
+    base, plus, ext = label.partition(" + ")
+    return " ".join(w for w in base.split(" ") if "=" not in w) + plus + ext
+
+  for label in labels:
+    style = _style(label, extensions)
+    colour, mine = style["color"], group(label)
+    if owner.setdefault(colour, mine) != mine:
+      taken = set(owner)
+      colour = next((c for c in PALETTE + SPARE_COLOURS if c not in taken), colour)
+      owner[colour] = mine
+      style["color"] = colour
+    same = {str(s["linestyle"]) for other, s in styles.items() if s["color"] == colour}
+    if str(style["linestyle"]) in same:
+      style["linestyle"] = next((ls for ls in VARIANT_LINESTYLES if str(ls) not in same),
+                                style["linestyle"])
+    styles[label] = style
+  return styles
 
 
 def _plot_bands(ax, bands: dict) -> list[int]:
   """Draws `_mean_band`'s curves and bands on `ax`; returns the run counts of the points drawn
   (for `band_text`)."""
-  extensions = sorted(label for label in bands if " + " in label)
+  styles = curve_styles(list(bands))
   for label, stats in bands.items():
-    line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label,
-                    **_style(label, extensions))
+    line, = ax.plot(stats.index, stats["mean"], markersize=4, label=label, **styles[label])
     if (stats["max"] > stats["min"]).any():
       ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
   return [int(n) for stats in bands.values() for n in stats["n"]]

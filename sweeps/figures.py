@@ -37,6 +37,7 @@ from sweeps.heatmap_figures import fig_algorithmic_grid, fig_retrieval_grid
 from sweeps.length_figures import fig_accuracy_vs_length, fig_algorithmic, \
     fig_attention_vs_length, fig_extensions, fig_extrapolation_ratio, fig_loss_by_position, \
     fig_metric_vs_length, fig_ppl_vs_length
+from sweeps.table_filters import parse_filters, select
 
 
 def study_table_path(study_dir: str) -> str | None:
@@ -193,7 +194,7 @@ def png_bytes(fig, dpi: float | None = None) -> bytes:
 
 
 USAGE = ("python -m sweeps.figures <results.parquet|csv or study folder> --figure=<id> "
-         "--out=<file>.png [--ngram_reference=<eval/ngram.py JSON>]")
+         "--out=<file>.png [--where=column=value ...] [--ngram_reference=<eval/ngram.py JSON>]")
 
 
 def define_flags() -> None:
@@ -205,6 +206,9 @@ def define_flags() -> None:
   flags.DEFINE_string("ngram_reference", None, "eval/ngram.py's JSON: its n-gram models as "
                       "horizontal lines in the perplexity figure of its protocol")
   flags.DEFINE_float("dpi", 110.0, "resolution of the PNG")
+  flags.DEFINE_multi_string("where", [], "draw only the rows with column=value (column=a,b,c: "
+                            "any of them; column= an empty cell), as a findings table's filters; "
+                            "repeat for several columns, e.g. --where=train_passkey_fraction=0.75")
 
 
 def main(argv):
@@ -216,7 +220,7 @@ def main(argv):
   if not opts.figure or not opts.out or not opts.out.endswith(".png"):
     raise ConfigError(f"--figure and --out=<file>.png are required; usage: {USAGE}")
   try:
-    frame = read_table(argv[1])
+    frame = select(read_table(argv[1]), parse_filters(opts.where))
     reference = None
     if opts.ngram_reference:
       with open(opts.ngram_reference) as f:

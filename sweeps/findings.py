@@ -65,7 +65,6 @@ block, exit 2.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 
@@ -79,6 +78,7 @@ from runs.files import atomic_write
 from eval import needle
 from sweeps import collect
 from sweeps.figure_style import field_text
+from sweeps.table_filters import select
 
 BLOCK = re.compile(r"(<!-- table (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end table -->)", re.S)
 KINDS = ("pivot", "tasks", "grid", "runs", "paired", "context_use", "curve", "ruler")
@@ -115,31 +115,6 @@ def read_table(path: str) -> pd.DataFrame:
   if not os.path.isfile(file):
     raise ConfigError(f"no collected table at {path} (python -m sweeps.collect writes one)")
   return pd.read_parquet(file)
-
-
-def _equal(cell, value: str) -> bool:
-  if cell is None or (isinstance(cell, float) and math.isnan(cell)):
-    return value == ""
-  try:
-    return float(cell) == float(value)
-  except (TypeError, ValueError):
-    return str(cell) == value
-
-
-def select(frame: pd.DataFrame, filters: dict[str, str]) -> pd.DataFrame:
-  """The rows of `frame` matching every `column=value` filter (`column=a,b,c`: any of them).
-
-  Raises:
-    ConfigError: a filter names a column the table lacks, or keeps no row.
-  """
-  for column, value in filters.items():
-    if column not in frame.columns:
-      raise ConfigError(f"filter {column}={value}: the table has no column {column!r}")
-    allowed = value.split(",")
-    frame = frame[[any(_equal(c, v) for v in allowed) for c in frame[column]]]
-  if frame.empty:
-    raise ConfigError(f"the filters {filters} keep no row of the table")
-  return frame
 
 
 def pooled(values, digits: int) -> tuple[str, int]:

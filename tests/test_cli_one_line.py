@@ -55,6 +55,13 @@ CASES = [
     ("figures misspelled table", "sweeps.figures", ["results/budget_cp", "--figure=x",
                                                     "--out={tmp}/x.png"],
      "no results table at results/budget_cp; did you mean results/budget_cpu/?"),
+    ("figures filter on a misspelled column", "sweeps.figures",
+     ["results/budget_cpu", "--figure=x", "--out={tmp}/x.png", "--where=num_step=3600"],
+     "filter num_step=3600: the table has no column 'num_step'; did you mean num_steps, step, "
+     "final_step?"),
+    ("figures filter without =", "sweeps.figures",
+     ["results/budget_cpu", "--figure=x", "--out={tmp}/x.png", "--where=rope"],
+     "filter 'rope': write column=value or column=a,b,c"),
     ("findings unknown flag", "sweeps.findings", ["--chek", "{ro}/page.md"],
      "Unknown command line flag 'chek'"),
     ("findings page read-only", "sweeps.findings", ["{ro}/page.md"],

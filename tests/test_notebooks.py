@@ -260,6 +260,15 @@ def test_warm_started_children_are_labelled_by_method_not_by_their_recipe_fields
   assert list(figure_style.curve_labels(budgets)) == [
       "alibi num_steps=1500", "alibi num_steps=3000 + self_extend x8", "rope num_steps=1500",
       "learned num_steps=1500"]
+  styles = figure_style.curve_styles(list(figure_style.curve_labels(budgets)) + ["rope [yarn]"])
+  assert styles["alibi num_steps=1500"]["color"] == figure_style.scheme_style("alibi")["color"]
+  assert len({(s["color"], str(s["linestyle"])) for s in styles.values()}) == len(styles)
+  # yarn's recipe colour is ALiBi's scheme colour: the child gets a colour of its own
+  assert len({styles[k]["color"] for k in ("alibi num_steps=1500", "rope num_steps=1500",
+                                           "learned num_steps=1500", "rope [yarn]")}) == 4
+  assert (figure_style.band_text([3, 3, 2]) == "band = range of 2 seeds (not an interval);\n"
+          "band = 95% t-interval of the mean (n=3 seeds)")
+  assert figure_style.band_text([1, 1]) == "one run per point (no band)"
   pi = figure_style._style("rope [pi] fraction=0.0", [])
   assert pi["color"] == figure_style.METHOD_COLOURS["pi"] and pi["linestyle"] == "-"
   assert figure_style._style("alibi fraction=0.0", []) != pi
