@@ -57,7 +57,7 @@ writes, atomically (runs/files.py):
       factor, not to a protocol: they appear on every protocol's row.
 
 A folder of result files instead (no run folder: result JSONs lying in the folder itself, named
-`<run>_<suite><suffix>.json` when copied out of runs' eval/ folders, e.g. results/passkey_tiny/)
+`<run>_<suite><suffix>.json` when copied out of runs' eval/ folders)
 is collected too (`result_file_runs`): each `<run>` prefix is one run, and what a result file
 records of its run (scheme, train_len; step per row) is all that is known of it, so the other
 run columns are empty.

@@ -27,7 +27,7 @@ FOLDERS = _study_folders(RESULTS)
 
 
 def test_there_are_results_folders():
-  assert "passkey_tiny" in FOLDERS
+  assert "context_extension_cpu" in FOLDERS and "passkey_tiny" not in FOLDERS
 
 
 @pytest.mark.parametrize("name", FOLDERS)
@@ -47,53 +47,55 @@ def test_every_results_folder_opens_and_its_table_is_current(name):
   pd.testing.assert_frame_equal(same(loaded), same(frame))
 
 
-def test_passkey_tiny_holds_the_documented_runs():
-  """docs/retrieval.md's rows: RoPE (1500 steps) and ALiBi (3000 steps), each as trained and
-  with Self-Extend (G = 8), 55 prompts per length."""
-  frame = collect.collect(os.path.join(RESULTS, "passkey_tiny"))
-  assert set(frame["suite"]) == {"passkey"} and (frame["prompts"] == 55).all()
-  runs = frame.drop_duplicates(["run", "extension"]).set_index(["run", "extension"])
-  assert runs[["scheme", "step", "train_len", "extension_factor", "file"]].to_dict("index") == {
-      ("alibi3000", "none"): {"scheme": "alibi", "step": 3000, "train_len": 256,
-                              "extension_factor": 1.0, "file": "alibi3000_passkey.json"},
-      ("alibi3000", "self_extend"): {"scheme": "alibi", "step": 3000, "train_len": 256,
-                                     "extension_factor": 8.0,
-                                     "file": "alibi3000_passkey_self_extend_x8.json"},
-      ("rope", "none"): {"scheme": "rope", "step": 1500, "train_len": 256,
-                         "extension_factor": 1.0, "file": "rope_passkey.json"},
-      ("rope", "self_extend"): {"scheme": "rope", "step": 1500, "train_len": 256,
-                                "extension_factor": 8.0, "file": "rope_passkey_self_extend_x8.json"}}
-  correct = {k: rows.sort_values("length")["correct"].tolist()
-             for k, rows in frame.groupby(["run", "extension"])}
-  assert correct == {("alibi3000", "none"): [37, 35, 13, 8, 3],  # 0.67 0.64 0.24 0.15 0.05
-                     ("alibi3000", "self_extend"): [38, 37, 40, 33, 15],  # 0.69 .. 0.27
-                     ("rope", "none"): [55, 53, 0, 0, 0],  # 1.00 0.96 0 0 0
-                     ("rope", "self_extend"): [55, 52, 48, 27, 0]}  # 1.00 0.95 0.87 0.49 0
-  passing = frame.groupby("run")["max_length_passing"].first()
-  assert passing["rope"] == 256 and pd.isna(passing["alibi3000"])
-  # No config.json: of the runs only what their result files record is known.
-  assert frame[["num_params", "seed", "final_val_loss"]].isna().all().all()
+def test_the_retrieval_track_holds_the_runs_docs_retrieval_shows():
+  """docs/retrieval.md's table: the retrieval track's parents (75% passkey windows, no preamble),
+  RoPE at 1,500 steps and ALiBi at 1,500 and 3,000, 3 seeds each, as trained and (RoPE, ALiBi
+  3,000) with Self-Extend x8; 33 prompts per length; keys answered, by seed, 128..4,096 tokens."""
+  frame = collect.collect(os.path.join(RESULTS, "context_extension_cpu"))
+  parents = frame[(frame["suite"] == "passkey") & (frame["train_passkey_fraction"] == 0.75)
+                  & (frame["method"].fillna("") == "")]
+  assert (parents["prompts"] == 33).all() and (parents["train_len"] == 256).all()
+  correct = {k: [int(c) for c in rows.sort_values("length")["correct"]]
+             for k, rows in parents.groupby(["scheme", "num_steps", "extension", "seed"])}
+  assert correct == {
+      **{("alibi", 1500, "none", seed): [0] * 6 for seed in (0, 1, 2)},
+      ("alibi", 3000, "none", 0): [33, 33, 11, 6, 3, 3],  # 1.00 1.00 0.33 0.18 0.09 0.09
+      ("alibi", 3000, "none", 1): [33, 33, 29, 18, 9, 5],
+      ("alibi", 3000, "none", 2): [6, 4, 1, 2, 2, 2],  # had not learned the lookup
+      ("alibi", 3000, "self_extend", 0): [33, 33, 32, 32, 14, 6],
+      ("alibi", 3000, "self_extend", 1): [33, 33, 33, 21, 6, 3],
+      ("alibi", 3000, "self_extend", 2): [5, 4, 3, 7, 4, 2],
+      ("rope", 1500, "none", 0): [33, 31, 0, 0, 0, 0],
+      ("rope", 1500, "none", 1): [33, 32, 0, 0, 0, 0],
+      ("rope", 1500, "none", 2): [33, 33, 0, 0, 0, 0],
+      ("rope", 1500, "self_extend", 0): [28, 28, 31, 24, 0, 0],
+      ("rope", 1500, "self_extend", 1): [33, 33, 30, 0, 0, 0],
+      ("rope", 1500, "self_extend", 2): [33, 32, 30, 31, 0, 0]}
+  assert set(parents.loc[parents["extension"] == "self_extend", "extension_factor"]) == {8.0}
 
 
 def test_a_folder_of_result_files_is_collected_by_file_name_prefix(tmp_path):
   """`<run>_<suite><suffix>.json` names the run; a file named after its suite alone (a copied
   eval/ folder) belongs to a run named after the folder; other JSON is left out with a warning."""
   import shutil
-  source = os.path.join(RESULTS, "passkey_tiny")
+  track = os.path.join(RESULTS, "context_extension_cpu",
+                       "kind={},num_steps={},passkey.fraction=0.75,passkey.preamble=False,"
+                       "seed=0,shuffle_seed=0", "eval")
   folder = tmp_path / "copied_eval"
   folder.mkdir()
-  shutil.copy(os.path.join(source, "rope_passkey_self_extend_x8.json"),
+  shutil.copy(os.path.join(track.format("alibi", 3000), "passkey_self_extend_x8.json"),
               folder / "passkey_self_extend_x8.json")
-  shutil.copy(os.path.join(source, "alibi3000_passkey.json"), folder / "my_run_passkey.json")
+  shutil.copy(os.path.join(track.format("rope", 1500), "passkey.json"),
+              folder / "my_run_passkey.json")
   (folder / "notes.json").write_text('{"note": "not a result"}')
   with pytest.warns(UserWarning, match=r"left out 1 file\(s\) of .*copied_eval that are not "
                                        r"result JSON \(half-written or foreign\): notes.json"):
     frame = collect.collect(str(folder))
   runs = frame.drop_duplicates("run").set_index("run")[["scheme", "step", "extension", "file"]]
   assert runs.to_dict("index") == {
-      "copied_eval": {"scheme": "rope", "step": 1500, "extension": "self_extend",
+      "copied_eval": {"scheme": "alibi", "step": 3000, "extension": "self_extend",
                       "file": "passkey_self_extend_x8.json"},
-      "my_run": {"scheme": "alibi", "step": 3000, "extension": "none",
+      "my_run": {"scheme": "rope", "step": 1500, "extension": "none",
                  "file": "my_run_passkey.json"}}
   (folder / "passkey_self_extend_x8.json").unlink()
   (folder / "my_run_passkey.json").unlink()
