@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 
 from runs.metrics import read_metrics
 from runs.plots import LEGEND_FONTSIZE, log_axis, subplots
-from sweeps.figure_style import _style, band_stats, band_text, curve_labels, scheme_style
+from sweeps.figure_style import band_stats, band_text, curve_labels, curve_styles, scheme_style
 
 # Panels of the study's training curves: (metrics.jsonl key, y label, log y axis).
 TRAINING_PANELS = (("loss", "training loss (nats per token)", True),
@@ -105,13 +105,14 @@ def fig_training_curves(curves, mean: bool = False):
   if curves.empty or curves["loss"].dropna().empty:
     return None
   labels = list(dict.fromkeys(curves["label"]))
+  styles = curve_styles(labels)
   fig, axes = subplots(2, 3, figsize=(12, 6.5), dpi=110, sharex=True, layout="constrained")
   panels = list(axes.flat)
   ns = []
   for ax, (key, ylabel, log) in zip(panels, TRAINING_PANELS):
     points = curves.dropna(subset=[key])
     for label in labels:
-      style = _style(label, [])
+      style = styles[label]
       rows = points[points["label"] == label]
       groups = ([(label, band_stats(rows, "step", key))] if mean else
                 [(run, one.set_index("step")[key].sort_index().to_frame("mean"))
@@ -142,8 +143,7 @@ def fig_training_curves(curves, mean: bool = False):
   axes[0][2].tick_params(labelbottom=True)
   legend_ax = panels[-1]
   legend_ax.axis("off")
-  handles = [Line2D([], [], markersize=5, **_style(label, []))
-             for label in labels]
+  handles = [Line2D([], [], markersize=5, **styles[label]) for label in labels]
   what = f"mean over seeds, {band_text(ns)}" if mean else "one line per run, seeds share a style"
   legend_ax.legend(handles, labels, loc="center", fontsize=LEGEND_FONTSIZE,
                    ncol=1 if len(labels) <= 12 else 2, title=what,
