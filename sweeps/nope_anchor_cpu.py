@@ -28,9 +28,11 @@ show; a small effect would need a third.
   python -m sweeps.publish workdirs/sweeps/nope_anchor_cpu results/nope_anchor_cpu
   python -m sweeps.collect results/nope_anchor_cpu
 
-Cost, from the budget study (results/budget_cpu.md: 3,600 steps at about 1 s per step side by
-side on 2 free cores): 16 runs of 3,600 steps and 16 of 900, about 72,000 steps in all, about
-10 h with two runs side by side on free cores. Not yet run.
+Cost: 16 runs of 3,600 steps and 16 of 900, about 72,000 steps in all. Measured on 2026-12-07
+(2-core AMD EPYC, two runs side by side, results/context_extension_cpu/'s 3,000-step ALiBi
+parents: 24-26 min each with their evaluation; the tuning runs of sweeps/plain_text_cpu.py
+beside a test suite: 0.77 s per step), 0.45-0.8 s per step, so about 4.5-8 h of wall time.
+Not yet run.
 """
 
 from sweeps.study import Study, cross, product, zip_
@@ -57,6 +59,6 @@ STUDY = Study(
         "eval.suites": "ppl_vs_length,loss_by_position",
     },
     description="NoPE / RoPE / learned / sinusoidal x bos_anchor off/on x 900 / 3,600 steps x "
-                "2 seeds on plain text: NoPE's gap against budget and anchor; about 10 h on 2 "
+                "2 seeds on plain text: NoPE's gap against budget and anchor; about 4.5-8 h on 2 "
                 "free cores",
 )

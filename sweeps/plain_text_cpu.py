@@ -34,9 +34,11 @@ each scheme's perplexity change beyond L, and how much of its context does it us
       --published=results   # committed runs count as complete (docs/sweeps.md)
   python -m sweeps.collect workdirs/sweeps/plain_text_cpu
 
-Cost, from the measured tiny runs (two side by side train about 3,300 tokens/s each; FIRE about
-3x slower): the tuning stage 27 runs x 600 steps, about 2.5 h; the study 27 runs x 3,600 steps,
-about 18 h of training plus about 2 min of evaluation per run, on 2 free cores. It is meant to
+Cost: the tuning stage 27 runs x 600 steps; the study 27 runs x 3,600 steps plus about 2 min of
+evaluation per run. Measured on 2026-12-07 (2-core AMD EPYC, two runs side by side): 0.45-0.8 s
+per step for most schemes (the lower figure on free cores, results/context_extension_cpu/'s
+3,000-step ALiBi parents; the higher beside a test suite), FIRE about 3x slower; so about
+1.5 h for the tuning stage and 7-12 h for the study. It is meant to
 run in the background over several sessions: the launcher resumes every unfinished run from its
 last checkpoint (every 900 steps), and each finished run folder is committed under
 results/plain_text_cpu/ as it completes. Runs are ordered seed 0 of every scheme first.
@@ -78,5 +80,5 @@ STUDY = Study(
                           "train.checkpoint_every_steps": 600}),
     description="9 schemes x 3 seeds on plain text, learning rate tuned per scheme (3 rates, "
                 "600 steps), 3,600 steps, non-overlapping to 16x and sliding (stride 128) to "
-                "8x; about 20 h on 2 free cores, resumable",
+                "8x; about 9-14 h on 2 cores (measured per step), resumable",
 )
