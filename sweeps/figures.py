@@ -30,6 +30,7 @@ import pandas as pd
 from configs.errors import ConfigError, what_exists
 from eval import suites as suites_registry
 from runs import command_line
+from runs.files import atomic_write
 from sweeps.collect import stale_runs, summarize
 from sweeps.extension_figures import fig_context_extension, fig_fine_tuning_budget
 from sweeps.figure_style import PROTOCOLS, RETRIEVAL_SUITES, _any_table, _check
@@ -219,6 +220,7 @@ def main(argv):
   opts = flags.FLAGS
   if not opts.figure or not opts.out or not opts.out.endswith(".png"):
     raise ConfigError(f"--figure and --out=<file>.png are required; usage: {USAGE}")
+  command_line.check_writable(opts.out, "--out", folder=False)  # before anything is read
   try:
     frame = select(read_table(argv[1]), parse_filters(opts.where))
     reference = None
@@ -233,7 +235,7 @@ def main(argv):
                         + ", ".join(has))
   except (OSError, ValueError) as e:
     raise ConfigError(str(e)) from None
-  fig.savefig(opts.out, dpi=opts.dpi)
+  atomic_write(opts.out, lambda tmp: fig.savefig(tmp, dpi=opts.dpi, format="png"))
   print(f"wrote {opts.out}")
 
 

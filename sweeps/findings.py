@@ -542,6 +542,9 @@ def main(argv):
       raise ConfigError(f"{page}: no such page (a findings page is a .md file)"
                         + what_exists(page if page.endswith(".md") else page.rstrip("/") + ".md",
                                       ".md", default_dir="results"))
+    if not page.endswith(".md"):
+      raise ConfigError(f"{page}: not a findings page (a .md file with <!-- table ... --> "
+                        "blocks); nothing written")
     if not _CHECK.value:  # rewritten in place: every page's folder checked before any is
       command_line.check_writable(page, "page", folder=False)
   if _CHECK.value:
@@ -556,6 +559,9 @@ def main(argv):
             "the committed data give")
     return 1 if stale else 0
   for page in pages:
+    if not BLOCK.search(open(page, encoding="utf-8").read()):  # left as it is, not rewritten
+      print(f"note: {page} has no table block (<!-- table ... -->): left unchanged")
+      continue
     text = render_page(page)
 
     def write(tmp, text=text):

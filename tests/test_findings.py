@@ -49,6 +49,10 @@ def test_check_flags_a_page_whose_table_was_edited_by_hand(tmp_path):
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert f"note: {plain} has no table block" in proc.stdout
   assert "2 page(s), 2 table(s) current" in proc.stdout
+  before = os.stat(plain).st_mtime_ns  # rewriting: a page without tables is left untouched
+  proc = forked.run(cli[:2] + [str(plain)], cwd=ROOT, timeout=300)
+  assert proc.returncode == 0 and "left unchanged" in proc.stdout, proc.stdout + proc.stderr
+  assert os.stat(plain).st_mtime_ns == before
 
 
 def ppl_table(values_by_scheme):
