@@ -65,7 +65,10 @@ are upper bounds:
   * the passkey track. The two 1,500-step parents were interrupted by the end of a session and
     resumed from their checkpoints. Their last part took 53 and 57 min side by side with a full
     test suite, and the 6 children 10-16 min each.
-The whole study took about 4 h of wall time on these shared cores (the passkey parents are
+  * the 3,000-step ALiBi retrieval parents (2026-12-07, a 2-core Intel Xeon): 24-26 min each,
+    two side by side, their passkey evaluations included; the Self-Extend scoring of the three
+    RoPE retrieval parents about 1.5 min each.
+The first launch (2026-12-03) took about 4 h of wall time on these shared cores (the passkey parents are
 counted by their resumed part). Free cores need less. The default RoPE run alone (900 steps and
 its evaluation) took 4 min 43 s on this machine type (results/README.md). Here, each parent's
 training took 29 min, sharing the cores with another run and the tests.

@@ -29,7 +29,7 @@ show; a small effect would need a third.
   python -m sweeps.collect results/nope_anchor_cpu
 
 Cost: 16 runs of 3,600 steps and 16 of 900, about 72,000 steps in all. Measured on 2026-12-07
-(2-core AMD EPYC, two runs side by side, results/context_extension_cpu/'s 3,000-step ALiBi
+(2-core Intel Xeon, two runs side by side, results/context_extension_cpu/'s 3,000-step ALiBi
 parents: 24-26 min each with their evaluation; the tuning runs of sweeps/plain_text_cpu.py
 beside a test suite: 0.77 s per step), 0.45-0.8 s per step, so about 4.5-8 h of wall time.
 Not yet run.

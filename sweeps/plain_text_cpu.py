@@ -38,7 +38,7 @@ each scheme's perplexity change beyond L, and how much of its context does it us
   python -m sweeps.collect workdirs/sweeps/plain_text_cpu
 
 Cost: the tuning stage 36 runs x 600 steps; the study 27 runs x 3,600 steps plus about 2 min of
-evaluation per run. Measured on 2026-12-07 (2-core AMD EPYC, two runs side by side): 0.45-0.8 s
+evaluation per run. Measured on 2026-12-07 (2-core Intel Xeon, two runs side by side): 0.45-0.8 s
 per step for most schemes (the lower figure on free cores, results/context_extension_cpu/'s
 3,000-step ALiBi parents; the higher beside a test suite), FIRE about 3x slower; so about
 2 h for the tuning stage and 7-12 h for the study. It is meant to
