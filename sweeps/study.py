@@ -443,6 +443,10 @@ def load_study(spec: str) -> Study:
     StudyError: the file or module does not exist, does not parse or raises while it loads, or
       defines no `STUDY` of type Study.
   """
+  if os.path.isfile(spec) and not spec.endswith(".py"):
+    raise StudyError(f"{spec} is not a study file (a .py file defining STUDY = Study(...))"
+                     + what_exists(os.path.splitext(spec)[0] + ".py", ".py", default_dir="sweeps",
+                                   holds="\nSTUDY = Study("))
   if spec.endswith(".py") or os.sep in spec:
     path = os.path.abspath(spec)
     if not os.path.isfile(path):

@@ -49,6 +49,8 @@ CASES = [
      "--parallel takes an integer"),
     ("launch misspelled study", "sweeps.launch", ["sweeps/plain_text.py", "--dry_run"],
      "study file 'sweeps/plain_text.py' does not exist; did you mean sweeps/plain_text_cpu.py?"),
+    ("launch given a file that is not a study", "sweeps.launch", ["README.md", "--dry_run"],
+     "README.md is not a study file (a .py file defining STUDY = Study(...)); sweeps/ holds: "),
     ("findings page without .md", "sweeps.findings", ["results/budget_cpu"],
      "results/budget_cpu: no such page (a findings page is a .md file); did you mean "
      "results/budget_cpu.md?"),
