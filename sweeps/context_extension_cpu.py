@@ -68,10 +68,10 @@ are upper bounds:
   * the 3,000-step ALiBi retrieval parents (2026-12-07, a 2-core Intel Xeon): 24-26 min each,
     two side by side, their passkey evaluations included; the Self-Extend scoring of the three
     RoPE retrieval parents about 1.5 min each.
-The first launch (2026-12-03) took about 4 h of wall time on these shared cores (the passkey parents are
-counted by their resumed part). Free cores need less. The default RoPE run alone (900 steps and
-its evaluation) took 4 min 43 s on this machine type (results/README.md). Here, each parent's
-training took 29 min, sharing the cores with another run and the tests.
+The first launch (2026-12-03) took about 4 h of wall time on these shared cores (the passkey
+parents are counted by their resumed part). Free cores need less. The default RoPE run alone
+(900 steps and its evaluation) took 4 min 43 s on this machine type (results/README.md). Here,
+each parent's training took 29 min, sharing the cores with another run and the tests.
 """
 
 from sweeps.study import Study, cross, zip_

@@ -187,7 +187,7 @@ def curve_styles(labels: list[str]) -> dict[str, dict]:
       colour = next((c for c in PALETTE + SPARE_COLOURS if c not in taken), colour)
       owner[colour] = mine
       style["color"] = colour
-    same = {str(s["linestyle"]) for other, s in styles.items() if s["color"] == colour}
+    same = {str(s["linestyle"]) for s in styles.values() if s["color"] == colour}
     if str(style["linestyle"]) in same:
       style["linestyle"] = next((ls for ls in VARIANT_LINESTYLES if str(ls) not in same),
                                 style["linestyle"])

@@ -559,10 +559,10 @@ def main(argv):
             "the committed data give")
     return 1 if stale else 0
   for page in pages:
-    if not BLOCK.search(open(page, encoding="utf-8").read()):  # left as it is, not rewritten
+    text = render_page(page)
+    if not BLOCK.search(text):  # nothing rendered: the page is left as it is, not rewritten
       print(f"note: {page} has no table block (<!-- table ... -->): left unchanged")
       continue
-    text = render_page(page)
 
     def write(tmp, text=text):
       with open(tmp, "w", encoding="utf-8") as f:
